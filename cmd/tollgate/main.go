@@ -1,0 +1,86 @@
+// Command tollgate is the whole service in one binary: `tollgate serve` runs
+// it, `tollgate demo` runs it with simulated model servers, and the other
+// subcommands manage its store.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand. Each lives in its own file with its own FlagSet
+// and usage text.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+// commands lists every subcommand with a one-line summary, in help order.
+var commandSummaries = [][2]string{
+	{"serve", "run the service from a config file"},
+	{"demo", "run the service with simulated model servers and a funded demo key"},
+	{"simulate", "run a simulated model server (vllm, sglang, llamacpp, ollama, openai, openrouter)"},
+}
+
+func newCommand(name string, stdout, stderr io.Writer) command {
+	switch name {
+	}
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd := newCommand(args[0], stdout, stderr)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "tollgate: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err := cmd.Run(ctx, args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "tollgate %s: %v\n", args[0], err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "tollgate %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+// usageError marks a mistake in the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: tollgate <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commandSummaries {
+		fmt.Fprintf(w, "  %-10s %s\n", c[0], c[1])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'tollgate <command> -h' for a command's flags.")
+}
