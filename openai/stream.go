@@ -1,0 +1,1078 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tollgate/tollgate"
+)
+
+// ErrDone is returned by StreamNormalizer.Event when the upstream sent
+// "data: [DONE]": the stream ended normally.
+var ErrDone = errors.New("openai: upstream stream done")
+
+// StreamNormalizer turns the chunks of one upstream stream into the chunks
+// tollgate sends its client (docs/streams.md):
+//
+//   - id is ID, model is Model, object is "chat.completion.chunk", created is
+//     the upstream's first created value (constant across the stream);
+//   - system_fingerprint, timings (llama.cpp), provider (OpenRouter),
+//     kv_transfer_params / prompt_token_ids / prompt_logprobs (vLLM) and, in
+//     choices, stop_reason (vLLM), matched_stop (SGLang) and
+//     native_finish_reason (OpenRouter) are removed;
+//   - usage is removed from every chunk and remembered (Usage); a chunk that
+//     then has no choices is dropped; the relay sends one UsageChunk at the end;
+//   - reasoning_content becomes reasoning (one of them is kept when both come);
+//   - the first delta of each choice carries role "assistant";
+//   - tool-call pieces get the index they lack (their position) and, on a
+//     piece with an id, type "function" when absent;
+//   - an "error" key, an "object":"error" body or finish_reason "error" is a
+//     failure: Chunk returns a *tollgate.Error and forwards nothing;
+//   - every other field passes through byte for byte.
+//
+// The zero value with ID, Model and Flavour set is ready to use. Not safe for
+// concurrent use. Slices returned by Chunk and Event are valid until the next call.
+type StreamNormalizer struct {
+	ID, Model string
+	Flavour   Flavour
+
+	inited      bool
+	idJSON      []byte
+	modelJSON   []byte
+	out         []byte
+	choices     []byte
+	rest        []byte
+	members     []member
+	created     int64
+	haveCreated bool
+	usage       Usage
+	haveUsage   bool
+	delivered   int64
+	sawFinish   bool
+	done        bool
+	forwarded   int
+	roleSent    uint64 // bit i: choice i already had its role (i < 64)
+}
+
+type member struct{ key, raw, val []byte }
+
+// chunkState collects what one chunk would change; it is committed only when
+// the chunk is forwarded.
+type chunkState struct {
+	delivered int64
+	finish    bool
+	finishErr bool
+	roleSent  uint64
+}
+
+func (n *StreamNormalizer) init() {
+	if n.inited {
+		return
+	}
+	n.inited = true
+	n.modelJSON = appendJSONString(n.modelJSON[:0], n.Model)
+	n.idJSON = appendJSONString(n.idJSON[:0], n.ID)
+}
+
+// Chunk takes one upstream data payload (not "[DONE]") and returns the
+// normalised chunk JSON to forward, or nil when there is nothing to forward.
+// A failure reported by the upstream inside the stream returns a
+// *tollgate.Error (code context_length_exceeded when that is what it says,
+// else upstream_error). Malformed JSON returns a *tollgate.Error with code
+// upstream_error.
+func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
+	n.init()
+	it := newObjIter(data)
+	if it.err != nil {
+		return nil, malformed(data)
+	}
+	st := chunkState{roleSent: n.roleSent}
+	var errVal []byte
+	objectError := false
+	nChoices := 0
+	n.choices = n.choices[:0]
+	n.rest = n.rest[:0]
+	for {
+		key, raw, val, ok := it.next()
+		if !ok {
+			break
+		}
+		switch string(key) {
+		case "id", "model":
+		case "object":
+			if s, _ := jsonString(val); s == "error" {
+				objectError = true
+			}
+		case "created":
+			if !n.haveCreated {
+				if v, ok := jsonInt(val); ok && v > 0 {
+					n.created, n.haveCreated = v, true
+				}
+			}
+		case "choices":
+			var err error
+			n.choices, nChoices, err = n.normChoices(n.choices, val, &st)
+			if err != nil {
+				return nil, malformed(data)
+			}
+		case "usage":
+			if u, ok := parseUsage(val); ok {
+				n.usage, n.haveUsage = u, true
+			}
+		case "error":
+			if !isNull(val) {
+				errVal = val
+			}
+		case "system_fingerprint", "timings", "provider", "kv_transfer_params", "prompt_token_ids", "prompt_logprobs":
+		default:
+			n.rest = append(n.rest, ',')
+			n.rest = append(n.rest, raw...)
+			n.rest = append(n.rest, ':')
+			n.rest = append(n.rest, val...)
+		}
+	}
+	if !it.restOK() {
+		return nil, malformed(data)
+	}
+	if errVal != nil {
+		return nil, streamFailure(errVal)
+	}
+	if objectError {
+		return nil, streamFailure(data)
+	}
+	if st.finishErr {
+		return nil, &tollgate.Error{Code: tollgate.CodeUpstreamError,
+			Message: "The model server failed while generating the answer."}
+	}
+	if nChoices == 0 {
+		return nil, nil
+	}
+	n.delivered += st.delivered
+	n.roleSent = st.roleSent
+	if st.finish {
+		n.sawFinish = true
+	}
+	n.forwarded++
+	out := n.appendHeader(n.out[:0])
+	out = append(out, `,"choices":`...)
+	out = append(out, n.choices...)
+	out = append(out, n.rest...)
+	out = append(out, '}')
+	n.out = out
+	return out, nil
+}
+
+func (n *StreamNormalizer) appendHeader(dst []byte) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = append(dst, n.idJSON...)
+	dst = append(dst, `,"object":"chat.completion.chunk","created":`...)
+	dst = strconv.AppendInt(dst, n.Created(), 10)
+	dst = append(dst, `,"model":`...)
+	return append(dst, n.modelJSON...)
+}
+
+// Event handles one whole event from an EventReader: a comment gives
+// (nil, nil); "[DONE]" gives (nil, ErrDone); an "error" event (event: error,
+// or llama.cpp's "error:" line) gives a *tollgate.Error; events with another
+// name are ignored; data goes to Chunk.
+func (n *StreamNormalizer) Event(ev Event) ([]byte, error) {
+	if ev.Comment {
+		return nil, nil
+	}
+	switch ev.Name {
+	case "error":
+		return nil, streamFailure(ev.Data)
+	case "", "message":
+	default:
+		return nil, nil
+	}
+	d := trimWS(ev.Data)
+	if len(d) == 0 {
+		return nil, nil
+	}
+	if string(d) == "[DONE]" {
+		n.done = true
+		return nil, ErrDone
+	}
+	return n.Chunk(d)
+}
+
+// Usage returns the last usage the server reported in the stream.
+func (n *StreamNormalizer) Usage() (Usage, bool) { return n.usage, n.haveUsage }
+
+// DeliveredBytes is the decoded size of the text forwarded so far: content,
+// reasoning, refusal, tool-call names and arguments, over all choices.
+func (n *StreamNormalizer) DeliveredBytes() int64 { return n.delivered }
+
+// Forwarded is the number of chunks returned for forwarding so far.
+func (n *StreamNormalizer) Forwarded() int { return n.forwarded }
+
+// FinalUsage returns the usage to bill: the server's when it reported one,
+// else an estimate (Estimated set) from promptTokens (the relay's count of
+// the prompt) and EstimateTokensN(DeliveredBytes()).
+func (n *StreamNormalizer) FinalUsage(promptTokens int64) Usage {
+	if n.haveUsage {
+		return n.usage
+	}
+	return Usage{PromptTokens: promptTokens, CompletionTokens: EstimateTokensN(n.delivered), Estimated: true}.Normalize()
+}
+
+// Created is the upstream's created of its first chunk, or the time of the
+// first call when the upstream gave none. It is the same for the whole stream.
+func (n *StreamNormalizer) Created() int64 {
+	if !n.haveCreated {
+		n.created, n.haveCreated = time.Now().Unix(), true
+	}
+	return n.created
+}
+
+// SawFinish reports whether a forwarded chunk carried a finish_reason.
+func (n *StreamNormalizer) SawFinish() bool { return n.sawFinish }
+
+// Done reports whether the upstream sent [DONE].
+func (n *StreamNormalizer) Done() bool { return n.done }
+
+// UsageChunk returns the final chunk (without "data: "):
+// {"id","object":"chat.completion.chunk","created","model","choices":[],"usage":{...}}.
+// The returned slice is newly allocated.
+func (n *StreamNormalizer) UsageChunk(u Usage, cost *tollgate.Amount) []byte {
+	n.init()
+	out := n.appendHeader(make([]byte, 0, 256))
+	out = append(out, `,"choices":[],"usage":`...)
+	out = u.AppendJSON(out, cost)
+	return append(out, '}')
+}
+
+// ErrorEvent returns the failure event's JSON (without "data: "):
+// {"error":{"message":...,"type":...,"param":null|"...","code":...}}.
+func ErrorEvent(e *tollgate.Error) []byte {
+	out := make([]byte, 0, 160)
+	out = append(out, `{"error":{"message":`...)
+	out = appendJSONString(out, e.Message)
+	out = append(out, `,"type":`...)
+	out = appendJSONString(out, ErrorType(e.Code))
+	out = append(out, `,"param":`...)
+	if e.Param != "" {
+		out = appendJSONString(out, e.Param)
+	} else {
+		out = append(out, "null"...)
+	}
+	out = append(out, `,"code":`...)
+	out = appendJSONString(out, string(e.Code))
+	return append(out, '}', '}')
+}
+
+// ErrorType is the protocol's error.type for a code: invalid_request_error for
+// the 400s, authentication_error, permission_error, not_found_error,
+// rate_limit_error, and server_error for upstream/internal failures.
+func ErrorType(c tollgate.Code) string {
+	switch c {
+	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,
+		tollgate.CodeAPIKeyExpired, tollgate.CodeUnauthorized:
+		return "authentication_error"
+	case tollgate.CodeModelNotAllowed, tollgate.CodeKeyLimitReached, tollgate.CodeAccountDisabled:
+		return "permission_error"
+	case tollgate.CodeModelNotFound, tollgate.CodeNotFound:
+		return "not_found_error"
+	case tollgate.CodeRateLimitExceeded:
+		return "rate_limit_error"
+	case tollgate.CodeInsufficientBalance:
+		return "insufficient_quota"
+	case tollgate.CodeUpstreamError, tollgate.CodeBackendUnavailable, tollgate.CodeTimeout, tollgate.CodeInternal:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+func malformed(data []byte) *tollgate.Error {
+	return &tollgate.Error{Code: tollgate.CodeUpstreamError,
+		Message: "The model server sent a malformed stream.",
+		Err:     errors.New("upstream chunk is not a JSON object: " + clip(string(data), 200))}
+}
+
+// normChoices rewrites a choices array; it returns the number of choices.
+func (n *StreamNormalizer) normChoices(dst, val []byte, st *chunkState) ([]byte, int, error) {
+	if isNull(val) {
+		return append(dst, "[]"...), 0, nil
+	}
+	ai := newArrIter(val)
+	if ai.err != nil {
+		return dst, 0, errSyntax
+	}
+	dst = append(dst, '[')
+	count := 0
+	for {
+		elem, ok := ai.next()
+		if !ok {
+			break
+		}
+		if count > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = n.normChoice(dst, elem, count, st); err != nil {
+			return dst, 0, err
+		}
+		count++
+	}
+	if ai.err != nil {
+		return dst, 0, ai.err
+	}
+	return append(dst, ']'), count, nil
+}
+
+func (n *StreamNormalizer) collect(obj []byte) (start, end int, err error) {
+	start = len(n.members)
+	it := newObjIter(obj)
+	for {
+		k, raw, v, ok := it.next()
+		if !ok {
+			break
+		}
+		n.members = append(n.members, member{k, raw, v})
+	}
+	return start, len(n.members), it.err
+}
+
+func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) ([]byte, error) {
+	obj = trimWS(obj)
+	if len(obj) == 0 || obj[0] != '{' {
+		return dst, errSyntax
+	}
+	s, e, err := n.collect(obj)
+	defer func() { n.members = n.members[:s] }()
+	if err != nil {
+		return dst, err
+	}
+	idx := pos
+	hasIndex := false
+	for _, m := range n.members[s:e] {
+		if string(m.key) == "index" {
+			if v, ok := jsonInt(m.val); ok {
+				idx, hasIndex = int(v), true
+			}
+		}
+	}
+	dst = append(dst, '{')
+	first := true
+	if !hasIndex {
+		dst = append(dst, `"index":`...)
+		dst = strconv.AppendInt(dst, int64(pos), 10)
+		first = false
+	}
+	for i := s; i < e; i++ {
+		m := n.members[i]
+		switch string(m.key) {
+		case "stop_reason", "matched_stop", "native_finish_reason":
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, m.raw...)
+		dst = append(dst, ':')
+		switch string(m.key) {
+		case "delta":
+			if dst, err = n.normDelta(dst, m.val, idx, st); err != nil {
+				return dst, err
+			}
+		case "finish_reason":
+			if fr, ok := jsonString(m.val); ok {
+				if fr == "error" {
+					st.finishErr = true
+				} else if fr != "" {
+					st.finish = true
+				}
+			}
+			dst = append(dst, m.val...)
+		default:
+			dst = append(dst, m.val...)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState) ([]byte, error) {
+	obj = trimWS(obj)
+	if len(obj) == 0 || obj[0] != '{' {
+		return append(dst, obj...), nil // null or odd: pass through
+	}
+	s, e, err := n.collect(obj)
+	defer func() { n.members = n.members[:s] }()
+	if err != nil {
+		return dst, err
+	}
+	var hasRole, hasR, hasRC, rNull, rcNull bool
+	for _, m := range n.members[s:e] {
+		switch string(m.key) {
+		case "role":
+			hasRole = true
+		case "reasoning":
+			hasR, rNull = true, isNull(m.val)
+		case "reasoning_content":
+			hasRC, rcNull = true, isNull(m.val)
+		}
+	}
+	useRC := hasRC && (!hasR || (rNull && !rcNull))
+	dst = append(dst, '{')
+	first := true
+	var bit uint64
+	if idx >= 0 && idx < 64 {
+		bit = 1 << uint(idx)
+	}
+	if hasRole {
+		st.roleSent |= bit
+	} else if bit != 0 && st.roleSent&bit == 0 {
+		dst = append(dst, `"role":"assistant"`...)
+		st.roleSent |= bit
+		first = false
+	}
+	for i := s; i < e; i++ {
+		m := n.members[i]
+		key := string(m.key)
+		switch key {
+		case "reasoning":
+			if useRC {
+				continue
+			}
+		case "reasoning_content":
+			if !useRC {
+				continue
+			}
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		switch key {
+		case "reasoning_content":
+			dst = append(dst, `"reasoning":`...)
+			dst = append(dst, m.val...)
+			st.delivered += stringLen(m.val)
+		case "content", "reasoning", "refusal":
+			dst = append(dst, m.raw...)
+			dst = append(dst, ':')
+			dst = append(dst, m.val...)
+			st.delivered += stringLen(m.val)
+		case "tool_calls":
+			dst = append(dst, m.raw...)
+			dst = append(dst, ':')
+			if dst, err = n.normToolCalls(dst, m.val, st, true); err != nil {
+				return dst, err
+			}
+		case "function_call":
+			dst = append(dst, m.raw...)
+			dst = append(dst, ':')
+			dst = append(dst, m.val...)
+			st.delivered += functionBytes(m.val)
+		default:
+			dst = append(dst, m.raw...)
+			dst = append(dst, ':')
+			dst = append(dst, m.val...)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// normToolCalls rewrites a tool_calls array: in stream deltas (addIndex) each
+// entry gets the index it lacks; an entry with an id gets type "function"
+// when it has none. Names and arguments are counted as delivered.
+func (n *StreamNormalizer) normToolCalls(dst, val []byte, st *chunkState, addIndex bool) ([]byte, error) {
+	ai := newArrIter(val)
+	if ai.err != nil {
+		return append(dst, val...), nil // null or odd: pass through
+	}
+	dst = append(dst, '[')
+	pos := 0
+	for {
+		elem, ok := ai.next()
+		if !ok {
+			break
+		}
+		if pos > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = n.normToolCall(dst, elem, pos, st, addIndex); err != nil {
+			return dst, err
+		}
+		pos++
+	}
+	if ai.err != nil {
+		return dst, ai.err
+	}
+	return append(dst, ']'), nil
+}
+
+func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState, addIndex bool) ([]byte, error) {
+	obj = trimWS(obj)
+	if len(obj) == 0 || obj[0] != '{' {
+		return append(dst, obj...), nil
+	}
+	s, e, err := n.collect(obj)
+	defer func() { n.members = n.members[:s] }()
+	if err != nil {
+		return dst, err
+	}
+	var hasIndex, hasID, hasType bool
+	for _, m := range n.members[s:e] {
+		switch string(m.key) {
+		case "index":
+			hasIndex = true
+		case "id":
+			hasID = !isNull(m.val)
+		case "type":
+			hasType = !isNull(m.val)
+		}
+	}
+	dst = append(dst, '{')
+	first := true
+	if addIndex && !hasIndex {
+		dst = append(dst, `"index":`...)
+		dst = strconv.AppendInt(dst, int64(pos), 10)
+		first = false
+	}
+	for i := s; i < e; i++ {
+		m := n.members[i]
+		if string(m.key) == "type" && !hasType {
+			continue // "type": null, replaced below
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, m.raw...)
+		dst = append(dst, ':')
+		dst = append(dst, m.val...)
+		if string(m.key) == "function" {
+			st.delivered += functionBytes(m.val)
+		}
+	}
+	if hasID && !hasType {
+		if !first {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `"type":"function"`...)
+	}
+	return append(dst, '}'), nil
+}
+
+// functionBytes is the decoded size of a function object's name and arguments.
+func functionBytes(obj []byte) int64 {
+	var total int64
+	it := newObjIter(obj)
+	for {
+		k, _, v, ok := it.next()
+		if !ok {
+			return total
+		}
+		switch string(k) {
+		case "name", "arguments":
+			total += stringLen(v)
+		}
+	}
+}
+
+// streamFailure turns an upstream error payload (an "error" value, a whole
+// error object, or llama.cpp's error event data) into the client-facing error.
+// The upstream's own words go to Err (logged), never to Message.
+func streamFailure(payload []byte) *tollgate.Error {
+	info := describeUpstream(payload)
+	if info.contextLength() {
+		e := contextLengthError(info)
+		e.Err = info.cause("", 0)
+		return e
+	}
+	return &tollgate.Error{Code: tollgate.CodeUpstreamError,
+		Message: "The model server failed while generating the answer.",
+		Err:     info.cause("", 0)}
+}
+
+// appendJSONString appends s as a JSON string (as encoding/json would, with
+// <, > and & left as they are).
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// ---- JSON scanning ----
+
+// A small validating JSON scanner. The normalisers walk upstream JSON with it
+// and copy every value they do not touch byte for byte, so numbers are never
+// round-tripped through float64 and no map[string]any is ever built. Every
+// value is validated as it is skipped, so the output is valid JSON whenever
+// the input was.
+
+var errSyntax = errors.New("invalid JSON")
+
+const maxDepth = 512
+
+func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && isWS(b[i]) {
+		i++
+	}
+	return i
+}
+
+func trimWS(b []byte) []byte {
+	i, j := 0, len(b)
+	for i < j && isWS(b[i]) {
+		i++
+	}
+	for j > i && isWS(b[j-1]) {
+		j--
+	}
+	return b[i:j]
+}
+
+// skipValue returns the index just after the JSON value starting at b[i]
+// (whitespace before it is skipped).
+func skipValue(b []byte, i int, depth int) (int, error) {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return i, errSyntax
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i)
+	case c == '{':
+		if depth > maxDepth {
+			return i, errSyntax
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, nil
+		}
+		for {
+			i = skipWS(b, i)
+			if i >= len(b) || b[i] != '"' {
+				return i, errSyntax
+			}
+			var err error
+			if i, err = skipString(b, i); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return i, errSyntax
+			}
+			if i, err = skipValue(b, i+1, depth+1); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return i, errSyntax
+			}
+			if b[i] == '}' {
+				return i + 1, nil
+			}
+			if b[i] != ',' {
+				return i, errSyntax
+			}
+			i++
+		}
+	case c == '[':
+		if depth > maxDepth {
+			return i, errSyntax
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, nil
+		}
+		for {
+			var err error
+			if i, err = skipValue(b, i, depth+1); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return i, errSyntax
+			}
+			if b[i] == ']' {
+				return i + 1, nil
+			}
+			if b[i] != ',' {
+				return i, errSyntax
+			}
+			i++
+		}
+	case c == 't':
+		return skipLit(b, i, "true")
+	case c == 'f':
+		return skipLit(b, i, "false")
+	case c == 'n':
+		return skipLit(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return skipNumber(b, i)
+	}
+	return i, errSyntax
+}
+
+func skipLit(b []byte, i int, lit string) (int, error) {
+	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		return i + len(lit), nil
+	}
+	return i, errSyntax
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func skipNumber(b []byte, i int) (int, error) {
+	if b[i] == '-' {
+		i++
+	}
+	if i >= len(b) {
+		return i, errSyntax
+	}
+	if b[i] == '0' {
+		i++
+	} else if isDigit(b[i]) {
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	} else {
+		return i, errSyntax
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return i, errSyntax
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return i, errSyntax
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	return i, nil
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// skipString returns the index after the string starting at b[i] == '"'.
+func skipString(b []byte, i int) (int, error) {
+	i++
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, nil
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i, errSyntax
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+5 >= len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return i, errSyntax
+				}
+				i += 6
+			default:
+				return i, errSyntax
+			}
+		case c < 0x20:
+			return i, errSyntax
+		default:
+			i++
+		}
+	}
+	return i, errSyntax
+}
+
+// objIter walks the members of one JSON object.
+type objIter struct {
+	b     []byte
+	i     int
+	first bool // a closing '}' is legal at it.i
+	done  bool
+	err   error
+}
+
+// newObjIter starts on obj, which must be a JSON object (whitespace around it allowed).
+func newObjIter(obj []byte) objIter {
+	i := skipWS(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return objIter{err: errSyntax}
+	}
+	return objIter{b: obj, i: i + 1, first: true}
+}
+
+// next returns the next member: key is the decoded name, rawKey the name as
+// written (with its quotes), val the raw value. ok is false at the end or on
+// a syntax error (then it.err is set).
+func (it *objIter) next() (key, rawKey, val []byte, ok bool) {
+	if it.err != nil || it.done {
+		return nil, nil, nil, false
+	}
+	b := it.b
+	i := skipWS(b, it.i)
+	if i >= len(b) {
+		it.err = errSyntax
+		return nil, nil, nil, false
+	}
+	if b[i] == '}' {
+		if !it.first { // "{...,}"
+			it.err = errSyntax
+			return nil, nil, nil, false
+		}
+		it.i = i + 1
+		it.done = true
+		return nil, nil, nil, false
+	}
+	if b[i] != '"' {
+		it.err = errSyntax
+		return nil, nil, nil, false
+	}
+	ks := i
+	i, err := skipString(b, i)
+	if err != nil {
+		it.err = err
+		return nil, nil, nil, false
+	}
+	rawKey = b[ks:i]
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		it.err = errSyntax
+		return nil, nil, nil, false
+	}
+	vs := skipWS(b, i+1)
+	ve, err := skipValue(b, vs, 1)
+	if err != nil {
+		it.err = err
+		return nil, nil, nil, false
+	}
+	val = b[vs:ve]
+	i = skipWS(b, ve)
+	if i >= len(b) {
+		it.err = errSyntax
+		return nil, nil, nil, false
+	}
+	switch b[i] {
+	case ',':
+		it.i = i + 1
+		it.first = false
+	case '}':
+		it.i = i
+		it.first = true // the closing brace is legal now
+	default:
+		it.err = errSyntax
+		return nil, nil, nil, false
+	}
+	return keyName(rawKey), rawKey, val, true
+}
+
+// restOK reports whether the object ended cleanly with only whitespace after it.
+func (it *objIter) restOK() bool {
+	return it.err == nil && it.done && skipWS(it.b, it.i) == len(it.b)
+}
+
+// keyName returns the decoded key: the bytes inside the quotes, or for the
+// rare key written with escapes, its unescaped form.
+func keyName(raw []byte) []byte {
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '\\' {
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return inner
+			}
+			return []byte(s)
+		}
+	}
+	return inner
+}
+
+// eachField calls fn for every member of obj; it stops at fn's first error.
+func eachField(obj []byte, fn func(key, val []byte) error) error {
+	it := newObjIter(obj)
+	for {
+		k, _, v, ok := it.next()
+		if !ok {
+			return it.err
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+}
+
+// arrIter walks the elements of one JSON array.
+type arrIter struct {
+	b     []byte
+	i     int
+	first bool
+	done  bool
+	err   error
+}
+
+func newArrIter(arr []byte) arrIter {
+	i := skipWS(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return arrIter{err: errSyntax}
+	}
+	return arrIter{b: arr, i: i + 1, first: true}
+}
+
+func (it *arrIter) next() (val []byte, ok bool) {
+	if it.err != nil || it.done {
+		return nil, false
+	}
+	b := it.b
+	i := skipWS(b, it.i)
+	if i < len(b) && b[i] == ']' && it.first {
+		it.done = true
+		it.i = i + 1
+		return nil, false
+	}
+	vs := i
+	ve, err := skipValue(b, vs, 1)
+	if err != nil {
+		it.err = err
+		return nil, false
+	}
+	i = skipWS(b, ve)
+	if i >= len(b) {
+		it.err = errSyntax
+		return nil, false
+	}
+	switch b[i] {
+	case ',':
+		it.i = i + 1
+		it.first = false
+	case ']':
+		it.i = i + 1
+		it.done = true
+		// return this last element; next call reports the end
+		return b[vs:ve], true
+	default:
+		it.err = errSyntax
+		return nil, false
+	}
+	return b[vs:ve], true
+}
+
+// jsonString decodes a JSON string value; ok is false for other types.
+func jsonString(val []byte) (string, bool) {
+	val = trimWS(val)
+	if len(val) < 2 || val[0] != '"' {
+		return "", false
+	}
+	inner := val[1 : len(val)-1]
+	plain := true
+	for _, c := range inner {
+		if c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(inner), true
+	}
+	var s string
+	if json.Unmarshal(val, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// isNull reports whether val is the literal null.
+func isNull(val []byte) bool { return string(trimWS(val)) == "null" }
+
+// stringLen returns the decoded byte length of a JSON string value (0 for
+// anything else). \uXXXX escapes count as the UTF-8 length of their code unit.
+func stringLen(val []byte) int64 {
+	if len(val) < 2 || val[0] != '"' {
+		return 0
+	}
+	var n int64
+	inner := val[1 : len(val)-1]
+	for i := 0; i < len(inner); i++ {
+		if inner[i] != '\\' {
+			n++
+			continue
+		}
+		if i+1 < len(inner) && inner[i+1] == 'u' && i+5 < len(inner) {
+			var r rune
+			for _, h := range inner[i+2 : i+6] {
+				r <<= 4
+				switch {
+				case h >= '0' && h <= '9':
+					r |= rune(h - '0')
+				case h >= 'a' && h <= 'f':
+					r |= rune(h-'a') + 10
+				case h >= 'A' && h <= 'F':
+					r |= rune(h-'A') + 10
+				}
+			}
+			switch {
+			case r < 0x80:
+				n++
+			case r < 0x800:
+				n += 2
+			case r >= 0xD800 && r < 0xE000:
+				n += 2 // half of a surrogate pair (4 bytes together)
+			default:
+				n += 3
+			}
+			i += 5
+			continue
+		}
+		n++
+		i++
+	}
+	return n
+}
