@@ -1,0 +1,395 @@
+// Package config loads and validates tollgate's YAML configuration file.
+// Every key is documented in docs/config.md and tollgate.example.yaml.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/openai"
+)
+
+// Config is the whole configuration, after defaults and validation.
+type Config struct {
+	Listen   Listen   `yaml:"listen"`
+	Store    Store    `yaml:"store"`
+	Timeouts Timeouts `yaml:"timeouts"`
+	Health   Health   `yaml:"health"`
+	Auth     Auth     `yaml:"auth"`
+	Traffic  Traffic  `yaml:"traffic"`
+	// AdminTokenEnv names the environment variable holding the admin API token.
+	AdminTokenEnv string  `yaml:"admin_token_env"`
+	AdminToken    string  `yaml:"-"`
+	Models        []Model `yaml:"models"`
+
+	// Dir is the directory of the config file; relative paths resolve against it.
+	Dir string `yaml:"-"`
+}
+
+// Listen holds the listeners' addresses. API is required; Public serves
+// /pricing without a key; Admin serves /healthz, /readyz, /metrics and the admin API.
+type Listen struct {
+	API    string `yaml:"api"`
+	Public string `yaml:"public"`
+	Admin  string `yaml:"admin"`
+}
+
+// Store says where state is kept: SQLite (a file) or PostgreSQL (a URL).
+type Store struct {
+	Driver string `yaml:"-"` // "sqlite" or "postgres", derived
+	// SQLite is the path of the SQLite database file (relative to the config file).
+	SQLite string `yaml:"sqlite"`
+	// PostgresURLEnv names the environment variable that holds the PostgreSQL URL.
+	PostgresURLEnv string `yaml:"postgres_url_env"`
+	// Path and URL are the resolved values.
+	Path string `yaml:"-"`
+	URL  string `yaml:"-"`
+}
+
+// Timeouts bound requests (SPEC.md: 5 minutes non-streamed; streams longer).
+type Timeouts struct {
+	NonStream   Duration `yaml:"non_stream"`   // default 5m
+	StreamTotal Duration `yaml:"stream_total"` // default 30m
+	StreamIdle  Duration `yaml:"stream_idle"`  // default 5m: backend silent that long ends the stream
+	KeepAlive   Duration `yaml:"keep_alive"`   // default 15s: SSE comment while the backend is silent
+	Connect     Duration `yaml:"connect"`      // default 10s: dialing a backend
+	Shutdown    Duration `yaml:"shutdown"`     // default 30s: graceful shutdown deadline
+}
+
+// Health configures active and passive health checks of backend nodes.
+type Health struct {
+	Interval   Duration `yaml:"interval"`    // default 10s; 0 disables active checks
+	Timeout    Duration `yaml:"timeout"`     // default 2s
+	BackoffMin Duration `yaml:"backoff_min"` // default 1s
+	BackoffMax Duration `yaml:"backoff_max"` // default 60s
+	// FailureThreshold is how many consecutive passive failures take a node out. Default 3.
+	FailureThreshold int `yaml:"failure_threshold"`
+}
+
+// Auth configures the key cache.
+type Auth struct {
+	// Poll is how often the auth change counter is read; a revocation takes
+	// effect on every instance within this time. Default 1s.
+	Poll Duration `yaml:"poll"`
+}
+
+// Traffic configures the traffic-share counters behind /pricing.
+type Traffic struct {
+	Flush Duration `yaml:"flush"` // default 5s
+}
+
+// Model is one catalogue entry.
+type Model struct {
+	ID              string             `yaml:"id"`
+	Kind            tollgate.ModelKind `yaml:"kind"`
+	OwnedBy         string             `yaml:"owned_by"`
+	ContextLength   int64              `yaml:"context_length"`
+	MaxOutputTokens int64              `yaml:"max_output_tokens"`
+	Backends        []Backend          `yaml:"backends"`
+}
+
+// Backend is one way to serve a model.
+type Backend struct {
+	Class         tollgate.BackendClass `yaml:"class"`
+	UpstreamModel string                `yaml:"upstream_model"`
+	Capabilities  []tollgate.Capability `yaml:"capabilities"`
+	Rates         Rates                 `yaml:"rates"`
+	// Nodes of a network backend.
+	Nodes []Node `yaml:"nodes"`
+	// A fallback backend is a single upstream: these fields describe it.
+	URL           string         `yaml:"url"`
+	KeyEnv        string         `yaml:"key_env"`
+	Flavour       openai.Flavour `yaml:"flavour"`
+	MaxConcurrent int64          `yaml:"max_concurrent"`
+}
+
+// Rates are decimal strings in USD per 1M tokens (at most 6 decimals).
+type Rates struct {
+	Input  string `yaml:"input"`
+	Output string `yaml:"output"`
+	// Parsed values.
+	Prices tollgate.Prices `yaml:"-"`
+}
+
+// Node is one GPU server of a network backend.
+type Node struct {
+	Name    string         `yaml:"name"`
+	URL     string         `yaml:"url"` // base URL including /v1, e.g. http://10.0.0.5:8000/v1
+	KeyEnv  string         `yaml:"key_env"`
+	Flavour openai.Flavour `yaml:"flavour"`
+	// MaxConcurrent is how many requests the node takes at once (0: unlimited).
+	MaxConcurrent int64 `yaml:"max_concurrent"`
+	// HealthURL overrides the flavour's health endpoint.
+	HealthURL string `yaml:"health_url"`
+	Key       string `yaml:"-"` // resolved from KeyEnv
+}
+
+// Duration is a time.Duration written as "5m", "15s", ...
+type Duration time.Duration
+
+// UnmarshalYAML parses Go duration syntax.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"30s\"", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: %q is not a duration such as \"30s\" or \"5m\"", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration in Go syntax.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Load reads, parses and validates the file at path, resolving environment
+// variables it names through getenv (os.Getenv when nil).
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	dir := "."
+	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
+		dir = path[:i]
+	}
+	c, err := Parse(b, dir, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses and validates a config document. Unknown keys are errors, so
+// a typo never silently falls back to a default.
+func Parse(b []byte, dir string, getenv func(string) string) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.Dir = dir
+	c.setDefaults()
+	if err := c.validate(getenv); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	def(&c.Timeouts.NonStream, 5*time.Minute)
+	def(&c.Timeouts.StreamTotal, 30*time.Minute)
+	def(&c.Timeouts.StreamIdle, 5*time.Minute)
+	def(&c.Timeouts.KeepAlive, 15*time.Second)
+	def(&c.Timeouts.Connect, 10*time.Second)
+	def(&c.Timeouts.Shutdown, 30*time.Second)
+	def(&c.Health.Timeout, 2*time.Second)
+	def(&c.Health.BackoffMin, time.Second)
+	def(&c.Health.BackoffMax, time.Minute)
+	if c.Health.FailureThreshold == 0 {
+		c.Health.FailureThreshold = 3
+	}
+	def(&c.Auth.Poll, time.Second)
+	def(&c.Traffic.Flush, 5*time.Second)
+	for i := range c.Models {
+		if c.Models[i].OwnedBy == "" {
+			c.Models[i].OwnedBy = "tollgate"
+		}
+	}
+}
+
+// validate checks everything and names the bad key with why.
+func (c *Config) validate(getenv func(string) string) error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.Listen.API == "" {
+		bad("listen.api", "required (e.g. 127.0.0.1:8080)")
+	}
+	switch {
+	case c.Store.SQLite != "" && c.Store.PostgresURLEnv != "":
+		bad("store", "set either sqlite or postgres_url_env, not both")
+	case c.Store.PostgresURLEnv != "":
+		c.Store.Driver = "postgres"
+		c.Store.URL = getenv(c.Store.PostgresURLEnv)
+		if c.Store.URL == "" {
+			bad("store.postgres_url_env", "environment variable %s is empty or unset", c.Store.PostgresURLEnv)
+		}
+	case c.Store.SQLite != "":
+		c.Store.Driver = "sqlite"
+		c.Store.Path = c.Store.SQLite
+		if !strings.HasPrefix(c.Store.Path, "/") && c.Dir != "" && c.Dir != "." {
+			c.Store.Path = c.Dir + "/" + c.Store.Path
+		}
+	default:
+		bad("store", "required: sqlite: FILE or postgres_url_env: VAR")
+	}
+	if c.AdminTokenEnv != "" {
+		c.AdminToken = getenv(c.AdminTokenEnv)
+		if c.AdminToken == "" && c.Listen.Admin != "" {
+			bad("admin_token_env", "environment variable %s is empty or unset", c.AdminTokenEnv)
+		}
+	}
+	if c.Timeouts.StreamIdle > c.Timeouts.StreamTotal {
+		bad("timeouts.stream_idle", "must not exceed timeouts.stream_total")
+	}
+	if c.Timeouts.KeepAlive <= 0 {
+		bad("timeouts.keep_alive", "must be positive")
+	}
+	if c.Health.BackoffMin > c.Health.BackoffMax {
+		bad("health.backoff_min", "must not exceed health.backoff_max")
+	}
+	if len(c.Models) == 0 {
+		bad("models", "at least one model is required")
+	}
+	ids := map[string]bool{}
+	for i := range c.Models {
+		m := &c.Models[i]
+		key := fmt.Sprintf("models[%d]", i)
+		if m.ID == "" {
+			bad(key+".id", "required")
+		} else if ids[m.ID] {
+			bad(key+".id", "duplicate model id %q", m.ID)
+		}
+		ids[m.ID] = true
+		if m.ID != "" {
+			key = fmt.Sprintf("models[%d] (%s)", i, m.ID)
+		}
+		if !tollgate.ValidKind(m.Kind) {
+			bad(key+".kind", "%q is not one of coder, chat, cheap", m.Kind)
+		}
+		if m.ContextLength <= 0 {
+			bad(key+".context_length", "must be a positive number of tokens")
+		}
+		if m.MaxOutputTokens <= 0 {
+			bad(key+".max_output_tokens", "must be a positive number of tokens")
+		} else if m.ContextLength > 0 && m.MaxOutputTokens > m.ContextLength {
+			bad(key+".max_output_tokens", "must not exceed context_length")
+		}
+		if len(m.Backends) == 0 {
+			bad(key+".backends", "at least one backend is required")
+		}
+		for j := range m.Backends {
+			c.validateBackend(&m.Backends[j], fmt.Sprintf("%s.backends[%d]", key, j), getenv, bad)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) validateBackend(b *Backend, key string, getenv func(string) string, bad func(string, string, ...any)) {
+	for _, cp := range b.Capabilities {
+		if _, ok := tollgate.ParseCapability(string(cp)); !ok {
+			bad(key+".capabilities", "unknown capability %q (known: tools, reasoning, image_input, pdf_input, web_search)", cp)
+		}
+	}
+	if b.UpstreamModel == "" {
+		bad(key+".upstream_model", "required: the model name the backend knows")
+	}
+	var err error
+	if b.Rates.Prices.Input, err = tollgate.ParseRate(b.Rates.Input); err != nil {
+		bad(key+".rates.input", "%v (want a decimal string of USD per 1M tokens, e.g. \"0.15\")", err)
+	}
+	if b.Rates.Prices.Output, err = tollgate.ParseRate(b.Rates.Output); err != nil {
+		bad(key+".rates.output", "%v (want a decimal string of USD per 1M tokens, e.g. \"0.60\")", err)
+	}
+	checkURL := func(k, u string) {
+		p, err := url.Parse(u)
+		if u == "" || err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad(k, "%q is not an http(s) base URL such as http://10.0.0.5:8000/v1", u)
+		}
+	}
+	resolveKey := func(k, env string) string {
+		if env == "" {
+			return ""
+		}
+		v := getenv(env)
+		if v == "" {
+			bad(k, "environment variable %s is empty or unset", env)
+		}
+		return v
+	}
+	switch b.Class {
+	case tollgate.ClassNetwork:
+		if len(b.Nodes) == 0 {
+			bad(key+".nodes", "a network backend needs at least one node")
+		}
+		if b.URL != "" || b.KeyEnv != "" || b.Flavour != "" {
+			bad(key, "url, key_env and flavour belong to each node of a network backend")
+		}
+		names := map[string]bool{}
+		for n := range b.Nodes {
+			nd := &b.Nodes[n]
+			nk := fmt.Sprintf("%s.nodes[%d]", key, n)
+			checkURL(nk+".url", nd.URL)
+			if nd.Name == "" {
+				nd.Name = hostOf(nd.URL)
+			}
+			if names[nd.Name] {
+				bad(nk+".name", "duplicate node name %q in this backend", nd.Name)
+			}
+			names[nd.Name] = true
+			if nd.Flavour == "" {
+				nd.Flavour = openai.VLLM
+			}
+			switch nd.Flavour {
+			case openai.VLLM, openai.SGLang, openai.LlamaCpp, openai.Ollama, openai.OpenAI:
+			default:
+				bad(nk+".flavour", "%q is not a node flavour (vllm, sglang, llamacpp, ollama, openai)", nd.Flavour)
+			}
+			if nd.MaxConcurrent < 0 {
+				bad(nk+".max_concurrent", "must not be negative")
+			}
+			nd.Key = resolveKey(nk+".key_env", nd.KeyEnv)
+		}
+	case tollgate.ClassFallback:
+		if len(b.Nodes) != 0 {
+			bad(key+".nodes", "a fallback backend is one upstream: use url, key_env and flavour instead of nodes")
+		}
+		checkURL(key+".url", b.URL)
+		if b.Flavour == "" {
+			b.Flavour = openai.OpenAI
+		}
+		if b.Flavour != openai.OpenAI && b.Flavour != openai.OpenRouter {
+			bad(key+".flavour", "%q is not a fallback flavour (openai, openrouter)", b.Flavour)
+		}
+		if b.MaxConcurrent < 0 {
+			bad(key+".max_concurrent", "must not be negative")
+		}
+		k := resolveKey(key+".key_env", b.KeyEnv)
+		// A fallback is modelled as a one-node pool so routing treats both classes alike.
+		b.Nodes = []Node{{Name: "fallback", URL: b.URL, KeyEnv: b.KeyEnv, Key: k, Flavour: b.Flavour, MaxConcurrent: b.MaxConcurrent}}
+	default:
+		bad(key+".class", "%q is not network or fallback", b.Class)
+	}
+}
+
+func hostOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return u
+	}
+	return p.Host
+}
+
+// Caps returns the backend's capability set.
+func (b *Backend) Caps() tollgate.Capabilities { return tollgate.NewCapabilities(b.Capabilities...) }

@@ -1,0 +1,241 @@
+// Package relay carries one chat-completion request on its journey: model
+// lookup, capability checks, routing to one backend, the upstream call,
+// normalising the answer, and accounting (usage, cost, traffic share).
+package relay
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/openai"
+)
+
+// Catalog is the set of models the service sells, built from the config.
+// It is immutable once built; a config reload builds a new one.
+type Catalog struct {
+	Models  []*Model
+	byID    map[string]*Model
+	Created int64 // unix time shown as `created` in /v1/models
+}
+
+// Model is one catalogue entry with its backends.
+type Model struct {
+	ID              string
+	Kind            tollgate.ModelKind
+	OwnedBy         string
+	ContextLength   int64
+	MaxOutputTokens int64
+	Backends        []*Backend
+	// Caps is the union of the backends' capabilities: what /v1/models lists.
+	Caps tollgate.Capabilities
+}
+
+// Backend is one way to serve a model: a pool of network nodes or the fallback.
+type Backend struct {
+	Model         *Model
+	Class         tollgate.BackendClass
+	UpstreamModel string
+	Caps          tollgate.Capabilities
+	Prices        tollgate.Prices
+	Nodes         []*Node
+}
+
+// Node is one upstream server. Its health and load are shared by every
+// backend that points at the same URL, so a GPU box serving two models is
+// one node with one health state.
+type Node struct {
+	Name          string
+	BaseURL       string // with /v1, without trailing slash
+	HealthURL     string
+	Key           string
+	Flavour       openai.Flavour
+	Class         tollgate.BackendClass
+	MaxConcurrent int64 // 0: unlimited
+
+	inflight atomic.Int64
+	health   nodeHealth
+}
+
+// Lookup returns the model with that id.
+func (c *Catalog) Lookup(id string) (*Model, bool) {
+	m, ok := c.byID[id]
+	return m, ok
+}
+
+// Nodes returns every distinct node of the catalogue.
+func (c *Catalog) Nodes() []*Node {
+	seen := map[*Node]bool{}
+	var out []*Node
+	for _, m := range c.Models {
+		for _, b := range m.Backends {
+			for _, n := range b.Nodes {
+				if !seen[n] {
+					seen[n] = true
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// NewCatalog builds the catalogue from a validated config. Nodes with the
+// same URL and key are shared across models. prev, when not nil, is the
+// catalogue being replaced (config reload): its nodes keep their health and
+// in-flight counts.
+func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
+	nodes := map[string]*Node{}
+	if prev != nil {
+		for _, n := range prev.Nodes() {
+			nodes[string(n.Class)+" "+n.BaseURL+" "+n.Key] = n
+		}
+	}
+	c := &Catalog{byID: map[string]*Model{}, Created: time.Now().Unix()}
+	if prev != nil {
+		c.Created = prev.Created
+	}
+	for _, mc := range cfg.Models {
+		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens}
+		for i := range mc.Backends {
+			bc := &mc.Backends[i]
+			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices}
+			// Web search is served by tollgate itself; a backend can take part
+			// only if it can call tools. Whether a search provider is
+			// configured is decided by the relay (see Relay.webSearch).
+			if !b.Caps.Has(tollgate.CapTools) {
+				b.Caps &^= tollgate.NewCapabilities(tollgate.CapWebSearch)
+			}
+			for _, nc := range bc.Nodes {
+				base := strings.TrimRight(nc.URL, "/")
+				key := string(bc.Class) + " " + base + " " + nc.Key
+				n := nodes[key]
+				if n == nil {
+					n = &Node{Name: nc.Name, BaseURL: base, Key: nc.Key, Flavour: nc.Flavour, Class: bc.Class}
+					nodes[key] = n
+				}
+				n.MaxConcurrent = nc.MaxConcurrent
+				n.Flavour = nc.Flavour
+				n.HealthURL = nc.HealthURL
+				if n.HealthURL == "" {
+					n.HealthURL = defaultHealthURL(base, nc.Flavour)
+				}
+				b.Nodes = append(b.Nodes, n)
+			}
+			m.Backends = append(m.Backends, b)
+			m.Caps |= b.Caps
+		}
+		c.Models = append(c.Models, m)
+		c.byID[m.ID] = m
+	}
+	return c
+}
+
+// defaultHealthURL is each flavour's liveness endpoint. vLLM, SGLang and
+// llama.cpp serve /health at the root (llama.cpp answers 503 while loading);
+// Ollama answers GET / with "Ollama is running"; hosted APIs get GET /models.
+func defaultHealthURL(base string, f openai.Flavour) string {
+	root := strings.TrimSuffix(base, "/v1")
+	switch f {
+	case openai.VLLM, openai.SGLang, openai.LlamaCpp:
+		return root + "/health"
+	case openai.Ollama:
+		return root + "/"
+	default:
+		return base + "/models"
+	}
+}
+
+// nodeHealth is a node's state: up, or down until a probe succeeds.
+// Passive failures (connection errors, 5xx, timeouts) count up; at the
+// threshold the node goes down with exponential backoff. A connection
+// refused takes it down at once.
+type nodeHealth struct {
+	mu        sync.Mutex
+	down      atomic.Bool
+	failures  int
+	backoff   time.Duration
+	downUntil time.Time
+}
+
+// Healthy reports whether the node may take requests.
+func (n *Node) Healthy() bool { return !n.health.down.Load() }
+
+// Inflight is the number of requests the node is serving now.
+func (n *Node) Inflight() int64 { return n.inflight.Load() }
+
+// tryAcquire takes one slot if the node has capacity.
+func (n *Node) tryAcquire() bool {
+	for {
+		cur := n.inflight.Load()
+		if n.MaxConcurrent > 0 && cur >= n.MaxConcurrent {
+			return false
+		}
+		if n.inflight.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+}
+
+func (n *Node) release() { n.inflight.Add(-1) }
+
+// HealthPolicy holds the thresholds and backoff of health checking.
+type HealthPolicy struct {
+	FailureThreshold int
+	BackoffMin       time.Duration
+	BackoffMax       time.Duration
+}
+
+// reportSuccess records a good answer: the node is up and its failures reset.
+func (n *Node) reportSuccess() {
+	if !n.health.down.Load() && n.health.failures == 0 {
+		return // fast path without the lock
+	}
+	n.health.mu.Lock()
+	n.health.failures = 0
+	n.health.backoff = 0
+	n.health.down.Store(false)
+	n.health.mu.Unlock()
+}
+
+// reportFailure records a passive failure; immediate takes the node down now.
+func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	n.health.failures++
+	if !immediate && n.health.failures < p.FailureThreshold {
+		return
+	}
+	if n.health.down.Load() {
+		return
+	}
+	if n.health.backoff == 0 {
+		n.health.backoff = p.BackoffMin
+	} else {
+		n.health.backoff = min(2*n.health.backoff, p.BackoffMax)
+	}
+	n.health.downUntil = now.Add(n.health.backoff)
+	n.health.down.Store(true)
+}
+
+// probeDue reports whether a down node's backoff has passed (time for a probe).
+func (n *Node) probeDue(now time.Time) bool {
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	return n.health.down.Load() && !now.Before(n.health.downUntil)
+}
+
+// probeFailed extends the backoff after a failed probe of a down node.
+func (n *Node) probeFailed(p HealthPolicy, now time.Time) {
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	n.health.backoff = min(max(2*n.health.backoff, p.BackoffMin), p.BackoffMax)
+	n.health.downUntil = now.Add(n.health.backoff)
+	n.health.down.Store(true)
+}
+
+func (n *Node) String() string { return fmt.Sprintf("%s node %s", n.Class, n.Name) }

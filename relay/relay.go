@@ -1,0 +1,345 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/openai"
+)
+
+// Options bound a request's time (CONTRACT.md "Streams", SPEC.md "Limits").
+type Options struct {
+	NonStreamTimeout time.Duration // 504 after this; default 5m
+	StreamTotal      time.Duration // a stream ends with an error event after this; default 30m
+	StreamIdle       time.Duration // backend silent this long ends the stream; default 5m
+	KeepAlive        time.Duration // SSE comment while the backend is silent; default 15s
+	ConnectTimeout   time.Duration // dialing a backend; default 10s
+	Health           HealthPolicy
+	// MaxUpstreamBody bounds a non-streamed upstream answer; default 64 MiB.
+	MaxUpstreamBody int64
+}
+
+func (o *Options) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.NonStreamTimeout, 5*time.Minute)
+	def(&o.StreamTotal, 30*time.Minute)
+	def(&o.StreamIdle, 5*time.Minute)
+	def(&o.KeepAlive, 15*time.Second)
+	def(&o.ConnectTimeout, 10*time.Second)
+	def(&o.Health.BackoffMin, time.Second)
+	def(&o.Health.BackoffMax, time.Minute)
+	if o.Health.FailureThreshold <= 0 {
+		o.Health.FailureThreshold = 3
+	}
+	if o.MaxUpstreamBody <= 0 {
+		o.MaxUpstreamBody = 64 << 20
+	}
+}
+
+// TrafficCounter counts served requests per backend class (traffic.Counter).
+type TrafficCounter interface {
+	Add(class tollgate.BackendClass)
+}
+
+// Relay serves chat completions. It is safe for concurrent use; the catalogue
+// can be swapped at run time (config reload) without disturbing requests in flight.
+type Relay struct {
+	catalog atomic.Pointer[Catalog]
+	client  *http.Client
+	picker  picker
+	opts    Options
+	traffic TrafficCounter
+	log     *slog.Logger
+	now     func() time.Time
+	bufs    sync.Pool
+}
+
+// New builds a relay. traffic may be nil (nothing counted).
+func New(cat *Catalog, opts Options, traffic TrafficCounter, log *slog.Logger) *Relay {
+	opts.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		DialContext:         dialer.DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: opts.ConnectTimeout,
+		// Streams must pass through as they come: no transparent gzip.
+		DisableCompression: true,
+		ForceAttemptHTTP2:  true,
+	}
+	r := &Relay{
+		client:  &http.Client{Transport: tr},
+		opts:    opts,
+		traffic: traffic,
+		log:     log,
+		now:     time.Now,
+	}
+	r.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	r.catalog.Store(cat)
+	return r
+}
+
+// Catalog returns the catalogue in force.
+func (r *Relay) Catalog() *Catalog { return r.catalog.Load() }
+
+// SetCatalog swaps the catalogue (config reload). Requests in flight keep theirs.
+func (r *Relay) SetCatalog(c *Catalog) { r.catalog.Store(c) }
+
+// Call is one client request as the HTTP layer hands it over.
+type Call struct {
+	RequestID string // tollgate's request id; the completion id is "chatcmpl-" + this
+	Key       tollgate.Key
+	Account   tollgate.Account
+	Body      []byte
+
+	// Filled in by the relay for the access log.
+	Model        string
+	Backend      tollgate.BackendClass
+	Node         string
+	Usage        openai.Usage
+	Cost         tollgate.Amount
+	Outcome      string // served, failed, disconnected, ...
+	UpstreamTime time.Duration
+}
+
+// ServeChat handles POST /v1/chat/completions for an authenticated call. It
+// returns an error only when nothing has been written to w yet; the HTTP
+// layer turns it into the error envelope. Once a stream has started, errors
+// are delivered inside the stream.
+func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) error {
+	cr, err := openai.ParseChatRequest(call.Body)
+	if err != nil {
+		return err
+	}
+	cat := r.catalog.Load()
+	m, ok := cat.Lookup(cr.Model)
+	if !ok {
+		return &tollgate.Error{Code: tollgate.CodeModelNotFound, Param: "model",
+			Message: fmt.Sprintf("the model %q does not exist; GET /v1/models lists the catalogue", cr.Model)}
+	}
+	call.Model = m.ID
+	if !call.Key.AllowsModel(m.ID) {
+		return &tollgate.Error{Code: tollgate.CodeModelNotAllowed, Param: "model",
+			Message: fmt.Sprintf("this API key may not use model %q", m.ID)}
+	}
+	if cr.MaxTokens > m.MaxOutputTokens {
+		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr),
+			"%s is too large: %d; model %s produces at most %d tokens", maxTokensParam(cr), cr.MaxTokens, m.ID, m.MaxOutputTokens)
+	}
+	needs := cr.Needs
+	if needs.Has(tollgate.CapWebSearch) {
+		// Web search is served by tollgate itself (SPEC.md); this build has
+		// no search provider configured, so no model can take it.
+		return &tollgate.Error{Code: tollgate.CodeCapabilityNotSupported, Param: "web_search_options",
+			Message: "web search is not enabled on this service (no search provider is configured)"}
+	}
+	able, err := checkCapabilities(m, needs, cr.Param)
+	if err != nil {
+		return err
+	}
+	b, node, err := r.picker.route(m, able, nil)
+	if err != nil {
+		return err
+	}
+	outCap := cr.MaxTokens
+	if outCap == 0 {
+		outCap = m.MaxOutputTokens
+	}
+	bufp := r.bufs.Get().(*[]byte)
+	defer r.bufs.Put(bufp)
+	body := cr.AppendUpstreamBody((*bufp)[:0], openai.UpstreamOptions{Model: b.UpstreamModel, Flavour: node.Flavour, MaxTokens: outCap})
+	*bufp = body
+
+	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
+		promptEstimate: promptEstimate(cr, m)}
+	defer func() { x.node.release() }()
+	if cr.Stream {
+		return x.stream(w, req)
+	}
+	return x.nonStream(w, req)
+}
+
+func maxTokensParam(cr *openai.ChatRequest) string {
+	if cr.Field("max_completion_tokens") != nil && string(cr.Field("max_completion_tokens")) != "null" {
+		return "max_completion_tokens"
+	}
+	return "max_tokens"
+}
+
+// promptEstimate counts the prompt locally, for a backend that reports no
+// usage: the byte estimate of the messages and tools, plus a documented
+// allowance per image (765 tokens, a 512x512 tile in OpenAI's accounting)
+// and per document (1,500 tokens), never above the context length.
+func promptEstimate(cr *openai.ChatRequest, m *Model) int64 {
+	n := openai.EstimateTokensN(cr.PromptBytes) + cr.Images*765 + cr.Files*1500
+	return min(n, m.ContextLength)
+}
+
+// exchange is one request's trip to one backend.
+type exchange struct {
+	r              *Relay
+	call           *Call
+	cr             *openai.ChatRequest
+	model          *Model
+	backend        *Backend
+	node           *Node
+	body           []byte
+	promptEstimate int64
+}
+
+func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID }
+
+// send posts the body to the node. A node that refuses the connection
+// (nothing was sent) is marked down and, within the network, another node of
+// the same backend is tried: that is not failover, the request never reached
+// a model. Anything else is final.
+func (x *exchange) send(ctx context.Context) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.node.BaseURL+"/chat/completions", bytes.NewReader(x.body))
+		if err != nil {
+			return nil, fmt.Errorf("build upstream request: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if x.node.Key != "" {
+			req.Header.Set("Authorization", "Bearer "+x.node.Key)
+		}
+		if x.call.RequestID != "" {
+			req.Header.Set("X-Request-Id", x.call.RequestID)
+		}
+		start := x.r.now()
+		resp, err := x.r.client.Do(req)
+		x.call.UpstreamTime = x.r.now().Sub(start)
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			x.node.reportFailure(x.r.opts.Health, true, x.r.now())
+			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
+				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node); n != nil {
+					x.node.release()
+					x.node = n
+					continue
+				}
+			}
+		} else {
+			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		}
+		return nil, err
+	}
+}
+
+func (x *exchange) noteServed() {
+	x.call.Backend = x.backend.Class
+	x.call.Node = x.node.Name
+	if x.r.traffic != nil {
+		x.r.traffic.Add(x.backend.Class)
+	}
+}
+
+func (x *exchange) setServedHeaders(h http.Header) {
+	h.Set("X-Tollgate-Backend", string(x.backend.Class))
+	h.Set("X-Tollgate-Node", x.node.Name)
+}
+
+// classifyStatus turns an upstream non-2xx answer into the client's error and
+// feeds passive health checks (5xx and 429 count against the node).
+func (x *exchange) classifyStatus(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+	}
+	e := openai.ClassifyUpstreamError(x.node.Flavour, resp.StatusCode, body)
+	x.r.log.Warn("upstream error", "request_id", x.call.RequestID, "node", x.node.Name, "status", resp.StatusCode, "code", e.Code)
+	return e
+}
+
+// cost prices a usage at the serving backend's rates.
+func (x *exchange) cost(u openai.Usage) (tollgate.Amount, error) {
+	return x.backend.Prices.Cost(u.PromptTokens, u.CompletionTokens)
+}
+
+func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
+	ctx, cancel := context.WithTimeout(req.Context(), x.r.opts.NonStreamTimeout)
+	defer cancel()
+	resp, err := x.send(ctx)
+	if err != nil {
+		return x.transportError(ctx, req, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return x.classifyStatus(resp)
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
+	if err != nil {
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		return x.transportError(ctx, req, err)
+	}
+	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
+	if err != nil {
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		return err
+	}
+	x.node.reportSuccess()
+	u := nr.FinalUsage(x.promptEstimate)
+	cost, err := x.cost(u)
+	if err != nil {
+		return fmt.Errorf("price request: %w", err)
+	}
+	x.call.Usage, x.call.Cost, x.call.Outcome = u, cost, "served"
+	x.noteServed()
+	bufp := x.r.bufs.Get().(*[]byte)
+	defer x.r.bufs.Put(bufp)
+	out := nr.AppendJSON((*bufp)[:0], u, &cost)
+	*bufp = out
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	x.setServedHeaders(h)
+	h.Set("X-Tollgate-Cost", cost.String())
+	if u.Estimated {
+		h.Set("X-Tollgate-Usage-Estimated", "true")
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	return nil
+}
+
+// transportError maps a failed upstream exchange: our deadline is 504
+// timeout, a client that went away gets nothing, anything else is 502.
+func (x *exchange) transportError(ctx context.Context, req *http.Request, err error) error {
+	if req.Context().Err() != nil {
+		x.call.Outcome = "disconnected"
+		return &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "client closed the request", Err: err}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		return &tollgate.Error{Code: tollgate.CodeTimeout, Err: err,
+			Message: fmt.Sprintf("the model produced no answer within %s; the request was cancelled and not charged", x.r.opts.NonStreamTimeout)}
+	}
+	return &tollgate.Error{Code: tollgate.CodeUpstreamError, Err: err,
+		Message: "the backend serving model " + x.model.ID + " failed before answering; nothing was charged"}
+}

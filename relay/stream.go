@@ -1,0 +1,250 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/openai"
+)
+
+var (
+	errStreamIdle  = errors.New("backend idle too long")
+	errStreamTotal = errors.New("stream exceeded its total time")
+)
+
+// streamer writes one SSE response. The upstream reader (the request's own
+// goroutine) and the watchdog (keep-alives, idle cap) share the writer under mu.
+type streamer struct {
+	x   *exchange
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	mu  sync.Mutex
+	buf []byte
+
+	committed bool  // status and headers sent
+	writeErr  error // the client stopped reading
+
+	lastWrite    atomic.Int64 // unix nanos of the last bytes sent to the client
+	lastUpstream atomic.Int64 // unix nanos of the last event from the backend
+}
+
+func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	defer cancel(nil)
+	totalTimer := time.AfterFunc(x.r.opts.StreamTotal, func() { cancel(errStreamTotal) })
+	defer totalTimer.Stop()
+
+	resp, err := x.send(ctx)
+	if err != nil {
+		return x.transportError(ctx, req, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return x.classifyStatus(resp)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		// A server that answers a stream with one JSON body is reporting an error.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		return openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
+	}
+
+	s := &streamer{x: x, w: w, rc: http.NewResponseController(w)}
+	now := x.r.now().UnixNano()
+	s.lastWrite.Store(now)
+	s.lastUpstream.Store(now)
+	watchdogDone := make(chan struct{})
+	stopWatchdog := make(chan struct{})
+	go s.watchdog(cancel, stopWatchdog, watchdogDone)
+
+	norm := &openai.StreamNormalizer{ID: x.completionID(), Model: x.model.ID, Flavour: x.node.Flavour}
+	er := openai.NewEventReader(resp.Body)
+	var failure error
+	var readErr error
+	done := false
+	for {
+		ev, err := er.Next()
+		if err != nil {
+			readErr = err
+			break
+		}
+		s.lastUpstream.Store(x.r.now().UnixNano())
+		out, err := norm.Event(ev)
+		if errors.Is(err, openai.ErrDone) {
+			done = true
+			break
+		}
+		if err != nil {
+			failure = err
+			break
+		}
+		if out == nil {
+			continue
+		}
+		if !s.send(out) {
+			break // the client is gone
+		}
+	}
+	close(stopWatchdog)
+	<-watchdogDone
+
+	clientGone := req.Context().Err() != nil || s.writeErr != nil
+	cause := context.Cause(ctx)
+	served := done || (errors.Is(readErr, io.EOF) && norm.SawFinish() && failure == nil)
+	switch {
+	case served:
+	case failure != nil:
+	case clientGone:
+	case errors.Is(cause, errStreamIdle):
+		failure = tollgate.Errorf(tollgate.CodeTimeout, "the backend sent nothing for %s; the stream was ended", x.r.opts.StreamIdle)
+	case errors.Is(cause, errStreamTotal):
+		failure = tollgate.Errorf(tollgate.CodeTimeout, "the stream exceeded the maximum duration of %s", x.r.opts.StreamTotal)
+	default:
+		failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Err: readErr,
+			Message: "the backend closed the stream before it finished"}
+	}
+	if failure != nil && !clientGone {
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+	} else if served {
+		x.node.reportSuccess()
+	}
+
+	// What to bill: the backend's usage when it gave one; otherwise a local
+	// count of what was delivered. A failure with nothing delivered costs nothing.
+	u, reported := norm.Usage()
+	if !reported {
+		if norm.DeliveredBytes() == 0 && !served {
+			u = openai.Usage{}
+		} else {
+			u = norm.FinalUsage(x.promptEstimate)
+		}
+	}
+	u = u.Normalize()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failure != nil && !s.committed && !clientGone {
+		// Nothing reached the client yet: a plain HTTP error is clearer than a stream.
+		x.call.Outcome = "failed"
+		return failure
+	}
+	cost, err := x.cost(u)
+	if err != nil {
+		return fmt.Errorf("price stream: %w", err)
+	}
+	x.call.Usage, x.call.Cost = u, cost
+	if served || u.CompletionTokens > 0 || u.PromptTokens > 0 {
+		x.noteServed()
+	}
+	switch {
+	case clientGone:
+		x.call.Outcome = "disconnected"
+		return nil
+	case failure != nil:
+		x.call.Outcome = "failed_mid_stream"
+	default:
+		x.call.Outcome = "served"
+	}
+	if !s.committed {
+		s.commit()
+	}
+	s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, &cost))
+	if failure != nil {
+		var te *tollgate.Error
+		if !errors.As(failure, &te) {
+			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
+		}
+		s.buf = openai.AppendData(s.buf, openai.ErrorEvent(te))
+	} else {
+		s.buf = append(s.buf, openai.DoneEvent...)
+	}
+	s.w.Header().Set("X-Tollgate-Cost", cost.String())
+	if _, err := s.w.Write(s.buf); err == nil {
+		_ = s.rc.Flush()
+	}
+	return nil
+}
+
+// commit sends the status and headers (under mu).
+func (s *streamer) commit() {
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	s.x.setServedHeaders(h)
+	h.Set("Trailer", "X-Tollgate-Cost")
+	// No server-wide WriteTimeout (it would cut long streams): this stream's own.
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.x.r.opts.StreamTotal + time.Minute))
+	s.w.WriteHeader(http.StatusOK)
+	s.committed = true
+}
+
+// send writes one chunk and flushes it at once. It reports false when the
+// client can no longer be written to.
+func (s *streamer) send(chunk []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writeErr != nil {
+		return false
+	}
+	if !s.committed {
+		s.commit()
+	}
+	s.buf = openai.AppendData(s.buf[:0], chunk)
+	if _, err := s.w.Write(s.buf); err != nil {
+		s.writeErr = err
+		return false
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.writeErr = err
+		return false
+	}
+	s.lastWrite.Store(s.x.r.now().UnixNano())
+	return true
+}
+
+// watchdog sends `: keep-alive` comments while nothing else is written and
+// ends the upstream call when the backend stays silent past the idle cap.
+func (s *streamer) watchdog(cancel context.CancelCauseFunc, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	o := s.x.r.opts
+	period := min(o.KeepAlive, o.StreamIdle) / 4
+	period = max(period, 5*time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := s.x.r.now().UnixNano()
+		if time.Duration(now-s.lastUpstream.Load()) >= o.StreamIdle {
+			cancel(errStreamIdle)
+			return
+		}
+		if time.Duration(now-s.lastWrite.Load()) >= o.KeepAlive {
+			s.mu.Lock()
+			if s.writeErr == nil {
+				if !s.committed {
+					s.commit()
+				}
+				if _, err := s.w.Write(openai.KeepAliveComment); err != nil {
+					s.writeErr = err
+				} else if err := s.rc.Flush(); err != nil {
+					s.writeErr = err
+				}
+				s.lastWrite.Store(now)
+			}
+			s.mu.Unlock()
+		}
+	}
+}

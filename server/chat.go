@@ -1,0 +1,66 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/relay"
+)
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// chat is POST /v1/chat/completions: authenticate, check the body's type and
+// size, then hand over to the relay.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+	key, acct, err := s.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"), s.Now())
+	if err != nil {
+		return err
+	}
+	ri := infoFrom(r.Context())
+	call := &relay.Call{Key: key, Account: acct}
+	if ri != nil {
+		call.RequestID = ri.id
+		ri.call = call
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return tollgate.Errorf(tollgate.CodeUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 { // keep small buffers only
+			buf.Reset()
+			bodyPool.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if err := readBody(buf, r); err != nil {
+		return err
+	}
+	call.Body = buf.Bytes()
+	return s.Relay.ServeChat(w, r, call)
+}
+
+// readBody reads at most MaxBodyBytes. A larger body is 413 whether it came
+// with a Content-Length or chunked.
+func readBody(buf *bytes.Buffer, r *http.Request) error {
+	tooLarge := tollgate.Errorf(tollgate.CodeRequestTooLarge,
+		"request body is larger than %d bytes (8 MiB; about 6 MiB of file when inlined as base64)", MaxBodyBytes)
+	if r.ContentLength > MaxBodyBytes {
+		return tooLarge
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if err != nil {
+		return &tollgate.Error{Code: tollgate.CodeInvalidRequest, Message: "could not read the request body", Err: err}
+	}
+	if n > MaxBodyBytes {
+		return tooLarge
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/openai"
+)
+
+// statusOf is the one place where an error code becomes an HTTP status.
+func statusOf(c tollgate.Code) int {
+	switch c {
+	case tollgate.CodeInvalidJSON, tollgate.CodeInvalidRequest, tollgate.CodeCapabilityNotSupported,
+		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeInvalidIdempotencyKey,
+		tollgate.CodeContextLengthExceeded:
+		return http.StatusBadRequest
+	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,
+		tollgate.CodeAPIKeyExpired, tollgate.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case tollgate.CodeInsufficientBalance:
+		return http.StatusPaymentRequired
+	case tollgate.CodeModelNotAllowed, tollgate.CodeKeyLimitReached, tollgate.CodeAccountDisabled:
+		return http.StatusForbidden
+	case tollgate.CodeModelNotFound, tollgate.CodeNotFound:
+		return http.StatusNotFound
+	case tollgate.CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case tollgate.CodeIdempotencyKeyInFlight, tollgate.CodeConflict:
+		return http.StatusConflict
+	case tollgate.CodeRequestTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case tollgate.CodeUnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
+	case tollgate.CodeIdempotencyKeyReused:
+		return http.StatusUnprocessableEntity
+	case tollgate.CodeRateLimitExceeded:
+		return http.StatusTooManyRequests
+	case tollgate.CodeUpstreamError:
+		return http.StatusBadGateway
+	case tollgate.CodeBackendUnavailable:
+		return http.StatusServiceUnavailable
+	case tollgate.CodeTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError writes the protocol's error envelope for err. Errors that are
+// not *tollgate.Error are bugs: the client gets internal_error with the
+// request id, the log gets the cause.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var e *tollgate.Error
+	if !errors.As(err, &e) {
+		id := w.Header().Get("X-Request-Id")
+		log.Error("internal error", "request_id", id, "err", err)
+		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
+	}
+	status := statusOf(e.Code)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	switch e.Code {
+	case tollgate.CodeInsufficientBalance, tollgate.CodeKeyLimitReached:
+		// A retry can only fail the same way until the account changes.
+		h.Set("X-Should-Retry", "false")
+	}
+	body := openai.ErrorEvent(e)
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

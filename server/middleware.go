@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/relay"
+)
+
+// requestIDs makes ids unique across instances (a random per-process prefix)
+// and cheap (a counter, no syscall per request).
+type requestIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &requestIDs{prefix: fmt.Sprintf("%x", b)}
+}
+
+func (g *requestIDs) next() string {
+	var buf [40]byte
+	out := append(buf[:0], "req_"...)
+	out = append(out, g.prefix...)
+	out = strconv.AppendUint(out, g.n.Add(1), 36)
+	return string(out)
+}
+
+var ids = newRequestIDs()
+
+type ctxKey struct{}
+
+// requestInfo collects what the access log line says about a request.
+type requestInfo struct {
+	id   string
+	call *relay.Call
+}
+
+func infoFrom(ctx context.Context) *requestInfo {
+	ri, _ := ctx.Value(ctxKey{}).(*requestInfo)
+	return ri
+}
+
+// statusWriter remembers the status for the access log. It unwraps for
+// http.ResponseController (flush, write deadlines, trailers).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// middleware gives every request an id (X-Request-Id), recovers panics into
+// internal_error, and writes one structured log line per request. The line
+// never holds keys or prompt text.
+func (s *Server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &requestInfo{id: ids.next()}
+		w.Header().Set("X-Request-Id", ri.id)
+		sw := &statusWriter{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.Log.Error("panic", "request_id", ri.id, "panic", fmt.Sprint(p))
+				if sw.status == 0 {
+					writeError(sw, r, s.Log, tollgate.Errorf(tollgate.CodeInternal, "internal error; quote request id %s when reporting it", ri.id))
+				}
+			}
+			s.logRequest(r, sw, ri, time.Since(start))
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+func (s *Server) logRequest(r *http.Request, sw *statusWriter, ri *requestInfo, d time.Duration) {
+	if !s.Log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs,
+		slog.String("request_id", ri.id),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", sw.status),
+		slog.Int64("bytes", sw.bytes),
+		slog.Duration("duration", d),
+	)
+	if c := ri.call; c != nil {
+		attrs = append(attrs, slog.String("account", c.Account.ID), slog.String("key", c.Key.ID))
+		if c.Model != "" {
+			attrs = append(attrs, slog.String("model", c.Model))
+		}
+		if c.Backend != "" {
+			attrs = append(attrs,
+				slog.String("backend", string(c.Backend)), slog.String("node", c.Node),
+				slog.Int64("prompt_tokens", c.Usage.PromptTokens), slog.Int64("completion_tokens", c.Usage.CompletionTokens),
+				slog.String("cost", c.Cost.String()), slog.Bool("estimated", c.Usage.Estimated))
+		}
+		if c.Outcome != "" {
+			attrs = append(attrs, slog.String("outcome", c.Outcome))
+		}
+	}
+	s.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+}

@@ -1,0 +1,145 @@
+// Package server is tollgate's HTTP face: the route table, the middleware,
+// the one error mapper, and the handlers of the API, public and admin listeners.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/relay"
+)
+
+// MaxBodyBytes is SPEC.md's request body limit: 8 MiB.
+const MaxBodyBytes = 8 << 20
+
+// Authenticator checks an Authorization header (auth.Authenticator).
+type Authenticator interface {
+	Authenticate(ctx context.Context, header string, now time.Time) (tollgate.Key, tollgate.Account, error)
+}
+
+// UptimeReader returns served requests over the last 7 days (traffic.Share).
+type UptimeReader interface {
+	Uptime(ctx context.Context) (network, total int64, err error)
+}
+
+// ReadyChecker reports whether the service can serve (the store answers).
+type ReadyChecker func(ctx context.Context) error
+
+// Server holds what the handlers need. Build it with New.
+type Server struct {
+	Relay  *relay.Relay
+	Auth   Authenticator
+	Uptime UptimeReader
+	Ready  ReadyChecker
+	Log    *slog.Logger
+	Now    func() time.Time
+
+	pricing pricingCache
+}
+
+// New returns a server; log may be nil.
+func New(rl *relay.Relay, auth Authenticator, uptime UptimeReader, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{Relay: rl, Auth: auth, Uptime: uptime, Log: log, Now: time.Now}
+}
+
+// route is one row of the route table.
+type route struct {
+	path    string
+	methods string // for Allow
+	handler func(*Server, http.ResponseWriter, *http.Request) error
+}
+
+// apiRoutes is every path the API listener serves. Everything else is 404
+// not_found, the other protocol endpoints (embeddings, completions,
+// responses, ...) included: SPEC.md forbids a fallback to another endpoint.
+var apiRoutes = []route{
+	{"/v1/chat/completions", "POST", (*Server).chat},
+	{"/v1/models", "GET, HEAD", (*Server).models},
+	{"/pricing", "GET, HEAD", (*Server).pricingHandler},
+}
+
+var publicRoutes = []route{
+	{"/pricing", "GET, HEAD", (*Server).pricingHandler},
+}
+
+var adminRoutes = []route{
+	{"/healthz", "GET, HEAD", (*Server).healthz},
+	{"/readyz", "GET, HEAD", (*Server).readyz},
+}
+
+// APIHandler serves the protocol endpoints and /pricing.
+func (s *Server) APIHandler() http.Handler { return s.handler(apiRoutes) }
+
+// PublicHandler serves /pricing alone (the public listener).
+func (s *Server) PublicHandler() http.Handler { return s.handler(publicRoutes) }
+
+// AdminHandler serves health and readiness; extra routes (metrics, admin API)
+// are mounted by the caller with Mount.
+func (s *Server) AdminHandler(extra map[string]http.Handler) http.Handler {
+	mux := s.mux(adminRoutes)
+	for p, h := range extra {
+		mux.Handle(p, h)
+	}
+	return s.middleware(mux)
+}
+
+func (s *Server) handler(routes []route) http.Handler { return s.middleware(s.mux(routes)) }
+
+func (s *Server) mux(routes []route) *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if !allowed(rt.methods, r.Method) {
+				w.Header().Set("Allow", rt.methods)
+				writeError(w, r, s.Log, tollgate.Errorf(tollgate.CodeMethodNotAllowed,
+					"%s is not allowed on %s; use %s", r.Method, rt.path, rt.methods))
+				return
+			}
+			if err := rt.handler(s, w, r); err != nil {
+				writeError(w, r, s.Log, err)
+			}
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
+			"%s %s is not served; tollgate serves POST /v1/chat/completions, GET /v1/models and GET /pricing", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func allowed(methods, m string) bool {
+	switch methods {
+	case "POST":
+		return m == http.MethodPost
+	case "GET, HEAD":
+		return m == http.MethodGet || m == http.MethodHead
+	}
+	return false
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	if s.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.Ready(ctx); err != nil {
+			s.Log.Warn("not ready", "err", err)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"unavailable"}` + "\n"))
+			return nil
+		}
+	}
+	return s.healthz(w, r)
+}
