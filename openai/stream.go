@@ -378,7 +378,11 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 		dst = append(dst, ':')
 		switch string(m.key) {
 		case "delta":
-			if dst, err = n.normDelta(dst, m.val, idx, st); err != nil {
+			if dst, err = n.normDelta(dst, m.val, idx, st, true); err != nil {
+				return dst, err
+			}
+		case "message": // non-streamed responses
+			if dst, err = n.normDelta(dst, m.val, idx, st, false); err != nil {
 				return dst, err
 			}
 		case "finish_reason":
@@ -397,7 +401,8 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 	return append(dst, '}'), nil
 }
 
-func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState) ([]byte, error) {
+// normDelta rewrites a stream delta (inStream) or a response message.
+func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, inStream bool) ([]byte, error) {
 	obj = trimWS(obj)
 	if len(obj) == 0 || obj[0] != '{' {
 		return append(dst, obj...), nil // null or odd: pass through
@@ -427,6 +432,9 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState) (
 	}
 	if hasRole {
 		st.roleSent |= bit
+	} else if !inStream {
+		dst = append(dst, `"role":"assistant"`...)
+		first = false
 	} else if bit != 0 && st.roleSent&bit == 0 {
 		dst = append(dst, `"role":"assistant"`...)
 		st.roleSent |= bit
@@ -462,7 +470,7 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState) (
 		case "tool_calls":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
-			if dst, err = n.normToolCalls(dst, m.val, st, true); err != nil {
+			if dst, err = n.normToolCalls(dst, m.val, st, inStream); err != nil {
 				return dst, err
 			}
 		case "function_call":

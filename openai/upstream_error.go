@@ -227,7 +227,32 @@ func (info upstreamInfo) counts() (prompt, limit int64) {
 			"resulted in ",      // OpenAI: "However, your messages resulted in N tokens"
 		)
 	}
+	if prompt == 0 {
+		// vLLM: "(9000 in the messages, 1000 in the completion)";
+		// OpenRouter: "(190000 of text input, 10000 in the output)"
+		prompt = numberBefore(m, " in the messages", " of text input")
+	}
 	return prompt, limit
+}
+
+// numberBefore returns the integer right before the first of the markers found in s.
+func numberBefore(s string, markers ...string) int64 {
+	for _, mk := range markers {
+		i := strings.Index(s, mk)
+		if i <= 0 {
+			continue
+		}
+		j := i
+		for j > 0 && s[j-1] >= '0' && s[j-1] <= '9' {
+			j--
+		}
+		if j < i {
+			if v, err := strconv.ParseInt(s[j:i], 10, 64); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
 }
 
 // numberAfter returns the integer right after the first of the markers found in s.
