@@ -1,0 +1,58 @@
+// Package simulate is a model-server simulator: an http.Handler that answers
+// chat completions the way vLLM, SGLang, llama.cpp's llama-server, Ollama's
+// /v1 endpoints, the OpenAI API and OpenRouter do, quirks included, with
+// deterministic text and token counts. tollgate's tests, demo and benchmarks
+// run against it; docs/simulator.md lists every quirk and its source.
+//
+// # API
+//
+//	srv := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"m"}})
+//	ts := httptest.NewServer(srv)             // or:
+//	run, err := simulate.Start(cfg)           // listens on 127.0.0.1:0
+//	run.URL()                                 // "http://127.0.0.1:PORT" (+ "/v1"; OpenRouter also "/api/v1")
+//	run.RefuseConnections(true)               // close listener and connections; false reopens the same port
+//	run.Close()
+//
+// Types and functions:
+//
+//	type Flavour string       VLLM, SGLang, LlamaCpp, Ollama, OpenAI, OpenRouter; ParseFlavour, Flavours
+//	type Fault string         FaultRefuse, Fault500, Fault503, FaultHang, FaultStall, FaultCut,
+//	                          FaultMalformed, FaultNoUsage, FaultContextLength, FaultStreamError; ParseFault, Faults
+//	type Config struct        Flavour, Models, ModelPath, ContextLength, ReasoningField,
+//	                          NoTools, NoReasoning, NoImages, NoPDF, PromptPrice, CompletionPrice,
+//	                          MaxRecorded, Behaviour
+//	type Behaviour struct     TTFT, TokenGap, OutputTokens, ReasoningTokens, AlwaysReason,
+//	                          NoToolCalls, ToolCalls, CachedTokens, Fault, FaultAfter, UsageOnLastDelta
+//	func New(Config) *Server
+//	func Start(Config) (*Running, error); func Listen(Config, addr string) (*Running, error)
+//	(*Server) ServeHTTP, Flavour, Behaviour, SetBehaviour, SetFault, Stats, Requests,
+//	          AllRequests, LastRequest, Reset, WaitStats, WaitIdle
+//	(*Running) URL, Addr, RefuseConnections, Close, Shutdown (and every *Server method)
+//	type Stats struct         Requests, InFlight, OpenStreams, Cancelled, Completed
+//	type Recorded struct      Method, Path, Header, Body
+//
+// # Per-request switches
+//
+// A request overrides the server's Behaviour with a header
+//
+//	X-Sim: fault=stall after=5 gap=10ms
+//	X-Sim-Fault: cut                     (one switch per X-Sim-<key> header)
+//
+// or with a marker anywhere in the text of its last user message
+//
+//	[sim fault=context_length]
+//	[sim tokens=50 reasoning=10 tools=0 cached=100 ttft=200ms]
+//
+// The marker wins over the headers. Keys: fault (a Fault name or "none"),
+// tokens, reasoning, tools, cached, after (integers), ttft, gap (Go durations
+// or milliseconds), usage (last or separate).
+//
+// # Determinism
+//
+// The same request (model and last user message) gives the same text and the
+// same counts. Prompt tokens: 3 + per message 4 + ceil(bytes/4) of its text;
+// an image part 85 + 1 per KiB, a file part 256 + 1 per KiB; tools
+// ceil(bytes/4). Completion tokens: one per generated piece (reasoning
+// included), a tool call ceil(len(arguments)/4) + 1. Ids and `created` are
+// not deterministic.
+package simulate
