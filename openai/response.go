@@ -60,6 +60,7 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 				r.created = v
 			}
 		case "choices":
+			st = chunkState{} // a repeated key: the last one wins
 			r.choices, nChoices, choicesErr = n.normChoices(make([]byte, 0, len(val)+64), val, &st)
 		case "usage":
 			if u, ok := parseUsage(val); ok {

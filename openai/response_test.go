@@ -212,3 +212,51 @@ func TestResponseFailures(t *testing.T) {
 		}
 	}
 }
+
+func FuzzNormalizeResponse(f *testing.F) {
+	caps, _ := filepath.Glob("testdata/captures/*/*.http")
+	for _, p := range caps {
+		f.Add(readCapture(f, p).body)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := NormalizeResponse(body, testID, testModel, OpenRouter)
+		if err != nil {
+			var te *tollgate.Error
+			if !errors.As(err, &te) || r != nil {
+				t.Fatalf("%v %v", r, err)
+			}
+			return
+		}
+		out := r.AppendJSON(nil, r.FinalUsage(3), &testCost)
+		if !json.Valid(out) {
+			t.Fatalf("invalid JSON out of %q:\n%s", body, out)
+		}
+		var obj map[string]json.RawMessage
+		_ = json.Unmarshal(out, &obj)
+		if _, ok := obj["error"]; ok {
+			t.Fatalf("error key in a response: %s", out)
+		}
+	})
+}
+
+func FuzzClassifyUpstreamError(f *testing.F) {
+	caps, _ := filepath.Glob("testdata/captures/*/*.http")
+	for _, p := range caps {
+		c := readCapture(f, p)
+		f.Add(c.status, c.body)
+	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		e := ClassifyUpstreamError(Ollama, status, body)
+		if e == nil || e.Message == "" {
+			t.Fatal("empty error")
+		}
+		switch e.Code {
+		case tollgate.CodeUpstreamError, tollgate.CodeInvalidRequest, tollgate.CodeContextLengthExceeded:
+		default:
+			t.Fatalf("code %s", e.Code)
+		}
+		if !json.Valid(ErrorEvent(e)) {
+			t.Fatalf("invalid error event %s", ErrorEvent(e))
+		}
+	})
+}

@@ -2,8 +2,11 @@ package openai
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -152,4 +155,45 @@ func TestAppendData(t *testing.T) {
 	if string(DoneEvent) != "data: [DONE]\n\n" || string(KeepAliveComment) != ": keep-alive\n\n" {
 		t.Fatal("constants changed")
 	}
+}
+
+func FuzzEventReader(f *testing.F) {
+	files, _ := filepath.Glob("testdata/synthetic/*.sse")
+	caps, _ := filepath.Glob("testdata/captures/*/*.http")
+	for _, p := range append(files, caps...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if _, body, ok := bytes.Cut(b, []byte("\r\n\r\n")); ok {
+			b = body
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("data: a\r\rdata: b\r\n: c\n\nevent: error\n\nerror: x\n\ndata"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		n := &StreamNormalizer{ID: testID, Model: testModel, Flavour: LlamaCpp}
+		r := NewEventReaderSize(iotest.HalfReader(bytes.NewReader(in)), 1<<16)
+		total := 0
+		for i := 0; ; i++ {
+			ev, err := r.Next()
+			if err != nil {
+				if err != io.EOF && !errors.Is(err, ErrLineTooLong) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				break
+			}
+			if i > len(in)+1 {
+				t.Fatalf("more events than input bytes")
+			}
+			total += len(ev.Data)
+			if total > len(in) {
+				t.Fatalf("more data out (%d) than in (%d)", total, len(in))
+			}
+			out, err := n.Event(ev)
+			if out != nil && (err != nil || !json.Valid(out)) {
+				t.Fatalf("bad chunk %q (err %v)", out, err)
+			}
+		}
+	})
 }

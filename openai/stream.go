@@ -115,7 +115,8 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 			}
 		case "choices":
 			var err error
-			n.choices, nChoices, err = n.normChoices(n.choices, val, &st)
+			st = chunkState{roleSent: n.roleSent} // a repeated key: the last one wins
+			n.choices, nChoices, err = n.normChoices(n.choices[:0], val, &st)
 			if err != nil {
 				return nil, malformed(data)
 			}

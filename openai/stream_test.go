@@ -702,3 +702,65 @@ func TestCreatedFallsBackToNow(t *testing.T) {
 		t.Fatalf("created changed: %s", out)
 	}
 }
+
+// streamSeeds returns every data payload of the stream fixtures.
+func streamSeeds(t testing.TB) [][]byte {
+	var seeds [][]byte
+	for _, c := range streamCases(t) {
+		r := NewEventReader(bytes.NewReader(c.body))
+		for {
+			ev, err := r.Next()
+			if err != nil {
+				break
+			}
+			seeds = append(seeds, append([]byte(nil), ev.Data...))
+		}
+	}
+	return seeds
+}
+
+func FuzzStreamChunk(f *testing.F) {
+	for _, s := range streamSeeds(f) {
+		f.Add(s)
+	}
+	f.Add([]byte(`{"choices":[{"delta":{"reasoning":null,"reasoning_content":"x","tool_calls":[{"id":"a"}]}}],"choices":[]}`))
+	f.Add([]byte(`{"\u0065rror":{"message":"x"},"choices":[{"index":0,"delta":{}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n := &StreamNormalizer{ID: testID, Model: testModel, Flavour: VLLM}
+		for round := 0; round < 2; round++ { // twice: the second call runs with state
+			out, err := n.Chunk(data)
+			if err != nil {
+				var te *tollgate.Error
+				if !errors.As(err, &te) || out != nil || te.Message == "" {
+					t.Fatalf("error %v (%T) with out %q", err, err, out)
+				}
+				continue
+			}
+			if out == nil {
+				continue
+			}
+			if !json.Valid(out) {
+				t.Fatalf("invalid JSON out of %q:\n%s", data, out)
+			}
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(out, &obj); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"error", "usage", "system_fingerprint"} {
+				if _, ok := obj[k]; ok {
+					t.Fatalf("%q key forwarded: %s", k, out)
+				}
+			}
+			if string(obj["id"]) != `"`+testID+`"` {
+				t.Fatalf("id: %s", out)
+			}
+		}
+		u := n.FinalUsage(1)
+		if uc := n.UsageChunk(u, nil); !json.Valid(uc) {
+			t.Fatalf("invalid usage chunk %s", uc)
+		}
+		if u.TotalTokens != u.PromptTokens+u.CompletionTokens || u.PromptTokens < 0 || u.CompletionTokens < 0 {
+			t.Fatalf("usage %+v", u)
+		}
+	})
+}
