@@ -52,7 +52,7 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 		switch string(key) {
 		case "id", "model":
 		case "object":
-			if s, _ := jsonString(val); s == "error" {
+			if jsonStringIs(val, "error") {
 				objectError = true
 			}
 		case "created":

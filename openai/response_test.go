@@ -260,3 +260,22 @@ func FuzzClassifyUpstreamError(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkNormalizeResponse(b *testing.B) {
+	for _, p := range []string{"llamacpp/04_chat", "llamacpp/53_think_tools", "ollama/32_logprobs"} {
+		b.Run(p, func(b *testing.B) {
+			body := readCapture(b, "testdata/captures/"+p+".http").body
+			cost := tollgate.MustParseAmount("0.000042")
+			var out []byte
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				r, err := NormalizeResponse(body, testID, testModel, LlamaCpp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out = r.AppendJSON(out[:0], r.FinalUsage(10), &cost)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -104,7 +105,7 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 		switch string(key) {
 		case "id", "model":
 		case "object":
-			if s, _ := jsonString(val); s == "error" {
+			if jsonStringIs(val, "error") {
 				objectError = true
 			}
 		case "created":
@@ -300,7 +301,7 @@ func (n *StreamNormalizer) normChoices(dst, val []byte, st *chunkState) ([]byte,
 	if isNull(val) {
 		return append(dst, "[]"...), 0, nil
 	}
-	ai := newArrIter(val)
+	ai := newTrustedArrIter(val)
 	if ai.err != nil {
 		return dst, 0, errSyntax
 	}
@@ -328,7 +329,7 @@ func (n *StreamNormalizer) normChoices(dst, val []byte, st *chunkState) ([]byte,
 
 func (n *StreamNormalizer) collect(obj []byte) (start, end int, err error) {
 	start = len(n.members)
-	it := newObjIter(obj)
+	it := newTrustedObjIter(obj)
 	for {
 		k, raw, v, ok := it.next()
 		if !ok {
@@ -387,10 +388,10 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 				return dst, err
 			}
 		case "finish_reason":
-			if fr, ok := jsonString(m.val); ok {
-				if fr == "error" {
+			if fr := trimWS(m.val); len(fr) > 2 && fr[0] == '"' {
+				if jsonStringIs(fr, "error") {
 					st.finishErr = true
-				} else if fr != "" {
+				} else {
 					st.finish = true
 				}
 			}
@@ -492,7 +493,7 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 // entry gets the index it lacks; an entry with an id gets type "function"
 // when it has none. Names and arguments are counted as delivered.
 func (n *StreamNormalizer) normToolCalls(dst, val []byte, st *chunkState, addIndex bool) ([]byte, error) {
-	ai := newArrIter(val)
+	ai := newTrustedArrIter(val)
 	if ai.err != nil {
 		return append(dst, val...), nil // null or odd: pass through
 	}
@@ -574,7 +575,7 @@ func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState
 // functionBytes is the decoded size of a function object's name and arguments.
 func functionBytes(obj []byte) int64 {
 	var total int64
-	it := newObjIter(obj)
+	it := newTrustedObjIter(obj)
 	for {
 		k, _, v, ok := it.next()
 		if !ok {
@@ -844,11 +845,12 @@ func skipString(b []byte, i int) (int, error) {
 
 // objIter walks the members of one JSON object.
 type objIter struct {
-	b     []byte
-	i     int
-	first bool // a closing '}' is legal at it.i
-	done  bool
-	err   error
+	b       []byte
+	i       int
+	first   bool // a closing '}' is legal at it.i
+	done    bool
+	trusted bool // obj was already validated: skip values without re-checking them
+	err     error
 }
 
 // newObjIter starts on obj, which must be a JSON object (whitespace around it allowed).
@@ -858,6 +860,14 @@ func newObjIter(obj []byte) objIter {
 		return objIter{err: errSyntax}
 	}
 	return objIter{b: obj, i: i + 1, first: true}
+}
+
+// newTrustedObjIter is newObjIter for a value that an earlier scan validated
+// (a member value returned by an iterator): it skips values much faster.
+func newTrustedObjIter(obj []byte) objIter {
+	it := newObjIter(obj)
+	it.trusted = true
+	return it
 }
 
 // next returns the next member: key is the decoded name, rawKey the name as
@@ -887,8 +897,10 @@ func (it *objIter) next() (key, rawKey, val []byte, ok bool) {
 		return nil, nil, nil, false
 	}
 	ks := i
-	i, err := skipString(b, i)
-	if err != nil {
+	var err error
+	if it.trusted {
+		i = skipStringFast(b, i)
+	} else if i, err = skipString(b, i); err != nil {
 		it.err = err
 		return nil, nil, nil, false
 	}
@@ -899,8 +911,10 @@ func (it *objIter) next() (key, rawKey, val []byte, ok bool) {
 		return nil, nil, nil, false
 	}
 	vs := skipWS(b, i+1)
-	ve, err := skipValue(b, vs, 1)
-	if err != nil {
+	var ve int
+	if it.trusted {
+		ve = skipValueFast(b, vs)
+	} else if ve, err = skipValue(b, vs, 1); err != nil {
 		it.err = err
 		return nil, nil, nil, false
 	}
@@ -959,13 +973,28 @@ func eachField(obj []byte, fn func(key, val []byte) error) error {
 	}
 }
 
+// eachTrustedField is eachField for an already validated object.
+func eachTrustedField(obj []byte, fn func(key, val []byte) error) error {
+	it := newTrustedObjIter(obj)
+	for {
+		k, _, v, ok := it.next()
+		if !ok {
+			return it.err
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+}
+
 // arrIter walks the elements of one JSON array.
 type arrIter struct {
-	b     []byte
-	i     int
-	first bool
-	done  bool
-	err   error
+	b       []byte
+	i       int
+	first   bool
+	done    bool
+	trusted bool
+	err     error
 }
 
 func newArrIter(arr []byte) arrIter {
@@ -974,6 +1003,73 @@ func newArrIter(arr []byte) arrIter {
 		return arrIter{err: errSyntax}
 	}
 	return arrIter{b: arr, i: i + 1, first: true}
+}
+
+// newTrustedArrIter is newArrIter for an already validated value.
+func newTrustedArrIter(arr []byte) arrIter {
+	it := newArrIter(arr)
+	it.trusted = true
+	return it
+}
+
+// skipStringFast returns the index after the string at b[i] == '"', which is
+// known to be valid JSON.
+func skipStringFast(b []byte, i int) int {
+	i++
+	for i < len(b) {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
+		}
+		k := i + j
+		bs := 0
+		for m := k - 1; m >= i && b[m] == '\\'; m-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return k + 1
+		}
+		i = k + 1
+	}
+	return len(b)
+}
+
+// skipValueFast returns the index after the value at b[i], known to be valid JSON.
+func skipValueFast(b []byte, i int) int {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipStringFast(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipStringFast(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) {
+		switch c := b[i]; c {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 func (it *arrIter) next() (val []byte, ok bool) {
@@ -988,10 +1084,15 @@ func (it *arrIter) next() (val []byte, ok bool) {
 		return nil, false
 	}
 	vs := i
-	ve, err := skipValue(b, vs, 1)
-	if err != nil {
-		it.err = err
-		return nil, false
+	var ve int
+	if it.trusted {
+		ve = skipValueFast(b, vs)
+	} else {
+		var err error
+		if ve, err = skipValue(b, vs, 1); err != nil {
+			it.err = err
+			return nil, false
+		}
 	}
 	i = skipWS(b, ve)
 	if i >= len(b) {
@@ -1036,6 +1137,12 @@ func jsonString(val []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// jsonStringIs reports whether val is the JSON string s (s without escapes).
+func jsonStringIs(val []byte, s string) bool {
+	val = trimWS(val)
+	return len(val) == len(s)+2 && val[0] == '"' && string(val[1:len(val)-1]) == s
 }
 
 // isNull reports whether val is the literal null.

@@ -764,3 +764,61 @@ func FuzzStreamChunk(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkChunk normalises one typical content delta (vLLM shape), as the
+// relay does once per token.
+func BenchmarkChunk(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		data string
+	}{
+		{"vllm_content", `{"id":"chatcmpl-9f1c2a","object":"chat.completion.chunk","created":1795400000,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}]}`},
+		{"llamacpp_reasoning", `{"choices":[{"finish_reason":null,"index":0,"delta":{"reasoning_content":" Hmm"}}],"created":1795405806,"id":"chatcmpl-cQ30H6ob4AGVoVoe5SGD31uKEpvStFnf","model":"/models/tiny-thinking.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}`},
+		{"llamacpp_toolcall_piece", `{"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"city"}}]}}],"created":1795405798,"id":"chatcmpl-mYB1DisTTidGshYY5SzYyCjCDya3Xyts","model":"/models/tiny-chat.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}`},
+		{"openai_usage_null", `{"id":"chatcmpl-Bx1","object":"chat.completion.chunk","created":1795400400,"model":"gpt-4.1-2025-04-14","service_tier":"default","system_fingerprint":"fp_51e1070cf2","choices":[{"index":0,"delta":{"content":" question"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"k3"}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			data := []byte(bc.data)
+			n := &StreamNormalizer{ID: testID, Model: testModel, Flavour: VLLM}
+			if _, err := n.Chunk(data); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if out, err := n.Chunk(data); err != nil || out == nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStream runs a whole captured stream (llama.cpp, 22 tool-call
+// pieces) through EventReader and StreamNormalizer, as the relay does.
+func BenchmarkStream(b *testing.B) {
+	body := readCapture(b, "testdata/captures/llamacpp/52_think_tools_stream.http").body
+	r := NewEventReader(bytes.NewReader(body))
+	var buf []byte
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r.Reset(bytes.NewReader(body))
+		n := StreamNormalizer{ID: testID, Model: testModel, Flavour: LlamaCpp}
+		for {
+			ev, err := r.Next()
+			if err != nil {
+				break
+			}
+			out, err := n.Event(ev)
+			if err != nil {
+				break
+			}
+			if out != nil {
+				buf = AppendData(buf[:0], out)
+			}
+		}
+		buf = AppendData(buf[:0], n.UsageChunk(n.FinalUsage(10), nil))
+	}
+}

@@ -95,7 +95,7 @@ func parseUsage(raw []byte) (u Usage, ok bool) {
 	}
 	var sawAny bool
 	var topReasoning *int64
-	err := eachField(raw, func(key, val []byte) error {
+	err := eachTrustedField(raw, func(key, val []byte) error {
 		switch string(key) {
 		case "prompt_tokens":
 			u.PromptTokens, _ = jsonInt(val)
@@ -136,7 +136,7 @@ func detailInt(obj []byte, name string) (int64, bool) {
 	}
 	var v int64
 	var found bool
-	_ = eachField(obj, func(key, val []byte) error {
+	_ = eachTrustedField(obj, func(key, val []byte) error {
 		if string(key) == name {
 			v, found = jsonInt(val)
 		}
