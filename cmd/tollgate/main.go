@@ -29,6 +29,8 @@ var commandSummaries = [][2]string{
 
 func newCommand(name string, stdout, stderr io.Writer) command {
 	switch name {
+	case "simulate":
+		return &simulateCmd{stdout: stdout, stderr: stderr}
 	}
 	return nil
 }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/simulate"
+)
+
+// simulateCmd runs one simulated model server until interrupted.
+type simulateCmd struct {
+	stdout, stderr io.Writer
+}
+
+const simulateUsage = `Usage: tollgate simulate [flags]
+
+Runs a simulated model server that answers like vLLM, SGLang, llama.cpp's
+llama-server, Ollama's /v1 API, the OpenAI API or OpenRouter, quirks included.
+Every request may override the behaviour with an "X-Sim: key=value ..." header
+or a "[sim key=value ...]" marker in its last user message (see
+docs/simulator.md).
+
+Flags:
+`
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func (c *simulateCmd) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	var (
+		flavour   = fs.String("flavour", "vllm", "server to imitate: vllm, sglang, llamacpp, ollama, openai, openrouter")
+		listen    = fs.String("listen", "127.0.0.1:9001", "address to listen on")
+		models    stringList
+		modelPath = fs.String("model-path", "", "llamacpp: model file path reported as `model` (default /models/<model>.gguf)")
+		ctxLen    = fs.Int("context", 8192, "context window in tokens")
+		reasonKey = fs.String("reasoning-field", "", "override the reasoning field name: reasoning or reasoning_content")
+		noTools   = fs.Bool("no-tools", false, "reject tools like a server without tool calling")
+		noReason  = fs.Bool("no-reasoning", false, "a model that never reasons")
+		noImages  = fs.Bool("no-images", false, "reject image parts like a text-only model")
+		noPDF     = fs.Bool("no-pdf", false, "reject file parts")
+		ttft      = fs.Duration("ttft", 0, "time to first token")
+		gap       = fs.Duration("gap", 0, "time between streamed tokens")
+		tokens    = fs.Int("tokens", 16, "content tokens per answer")
+		reasonTok = fs.Int("reasoning-tokens", 8, "reasoning tokens when the model reasons")
+		always    = fs.Bool("always-reason", false, "reason even when not asked (a thinking model)")
+		noCalls   = fs.Bool("no-tool-calls", false, "answer with text even when tools are offered")
+		calls     = fs.Int("tool-calls", 1, "tool calls made when tools are offered")
+		cached    = fs.Int("cached", 0, "prompt tokens reported as cached")
+		fault     = fs.String("fault", "", "fault for every request: "+faultNames())
+		after     = fs.Int("fault-after", 2, "tokens streamed before stall, cut, malformed or stream_error")
+		usageLast = fs.Bool("usage-on-last-delta", false, "stream usage on the finish chunk instead of its own chunk")
+		inPrice   = fs.Float64("prompt-price", 1, "OpenRouter usage.cost: USD per million prompt tokens")
+		outPrice  = fs.Float64("completion-price", 2, "OpenRouter usage.cost: USD per million completion tokens")
+		noRecord  = fs.Bool("no-record", false, "do not keep received requests in memory")
+	)
+	fs.Var(&models, "model", "served model name (repeatable; default sim-model)")
+	fs.Usage = func() {
+		fmt.Fprint(c.stderr, simulateUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %v", fs.Args())}
+	}
+	fl, err := simulate.ParseFlavour(*flavour)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	f, err := simulate.ParseFault(*fault)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	cfg := simulate.Config{
+		Flavour:         fl,
+		Models:          models,
+		ModelPath:       *modelPath,
+		ContextLength:   *ctxLen,
+		ReasoningField:  *reasonKey,
+		NoTools:         *noTools,
+		NoReasoning:     *noReason,
+		NoImages:        *noImages,
+		NoPDF:           *noPDF,
+		PromptPrice:     *inPrice,
+		CompletionPrice: *outPrice,
+		Behaviour: simulate.Behaviour{
+			TTFT:             *ttft,
+			TokenGap:         *gap,
+			OutputTokens:     *tokens,
+			ReasoningTokens:  *reasonTok,
+			AlwaysReason:     *always,
+			NoToolCalls:      *noCalls,
+			ToolCalls:        *calls,
+			CachedTokens:     *cached,
+			Fault:            f,
+			FaultAfter:       *after,
+			UsageOnLastDelta: *usageLast,
+		},
+	}
+	if *noRecord {
+		cfg.MaxRecorded = -1
+	} else {
+		cfg.MaxRecorded = 1000
+	}
+	run, err := simulate.Listen(cfg, *listen)
+	if err != nil {
+		return err
+	}
+	prefix := "/v1"
+	if fl == simulate.OpenRouter {
+		prefix = "/api/v1 (and /v1)"
+	}
+	if len(models) == 0 {
+		models = stringList{"sim-model"}
+	}
+	fmt.Fprintf(c.stdout, "simulating %s on %s%s, models %v\n", fl, run.URL(), prefix, []string(models))
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return run.Shutdown(shutdown)
+}
+
+func faultNames() string {
+	var names []string
+	for _, f := range simulate.Faults() {
+		names = append(names, string(f))
+	}
+	return strings.Join(names, ", ")
+}
