@@ -12,6 +12,20 @@ const hexDigits = "0123456789abcdef"
 
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
+	b = appendEscaped(b, s)
+	return append(b, '"')
+}
+
+// appendPieces writes the pieces as one JSON string without joining them.
+func appendPieces(b []byte, ps []string) []byte {
+	b = append(b, '"')
+	for _, p := range ps {
+		b = appendEscaped(b, p)
+	}
+	return append(b, '"')
+}
+
+func appendEscaped(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -49,8 +63,7 @@ func appendJSONString(b []byte, s string) []byte {
 		}
 		i += size
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }
 
 func appendInt(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 10) }

@@ -29,32 +29,27 @@ var reasoningWords = [...]string{
 
 // piece returns token k of a sequence seeded by seed; the first has no
 // leading space.
-func piece(words []string, seed uint64, k int) string {
-	w := words[splitmix(seed+uint64(k))%uint64(len(words))]
+func piece(words, spacedWords []string, seed uint64, k int) string {
+	i := splitmix(seed+uint64(k)) % uint64(len(words))
 	if k == 0 {
-		return w
+		return words[i]
 	}
-	return spaced(w)
+	return spacedWords[i]
 }
 
-// spaced returns " "+w without allocating for known words.
-func spaced(w string) string {
-	if s, ok := spacedWords[w]; ok {
-		return s
-	}
-	return " " + w
-}
+// The word lists with a leading space, built once (read-only afterwards).
+var (
+	contentSpaced   = withSpace(contentWords[:])
+	reasoningSpaced = withSpace(reasoningWords[:])
+)
 
-var spacedWords = func() map[string]string {
-	m := make(map[string]string, len(contentWords)+len(reasoningWords))
-	for _, w := range contentWords {
-		m[w] = " " + w
+func withSpace(ws []string) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = " " + w
 	}
-	for _, w := range reasoningWords {
-		m[w] = " " + w
-	}
-	return m
-}()
+	return out
+}
 
 func fnv(b []byte, h uint64) uint64 {
 	if h == 0 {

@@ -171,19 +171,17 @@ func (s *Server) appendToolCallsWhole(b []byte, tcs []toolCall) []byte {
 }
 
 func (s *Server) appendMessage(b []byte, p *plan, c *choicePlan) []byte {
-	content := joinPieces(c.content)
-	reasoning := joinPieces(c.reasoning)
 	hasReason := len(c.reasoning) > 0 && !p.hideReason
 	hasTools := len(c.tools) > 0
 	b = append(b, `{"role":"assistant","content":`...)
 	switch s.flavour {
 	case LlamaCpp, Ollama:
-		b = appendJSONString(b, content)
+		b = appendPieces(b, c.content)
 		if hasReason {
 			b = append(b, ',', '"')
 			b = append(b, s.reasoningKey...)
 			b = append(b, '"', ':')
-			b = appendJSONString(b, reasoning)
+			b = appendPieces(b, c.reasoning)
 		}
 		if hasTools {
 			b = append(b, `,"tool_calls":`...)
@@ -191,7 +189,11 @@ func (s *Server) appendMessage(b []byte, p *plan, c *choicePlan) []byte {
 		}
 		return append(b, '}')
 	case VLLM:
-		b = appendStringOrNull(b, content, hasTools && content == "")
+		if hasTools && len(c.content) == 0 {
+			b = appendNull(b)
+		} else {
+			b = appendPieces(b, c.content)
+		}
 		b = append(b, `,"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":`...)
 		if hasTools {
 			b = s.appendToolCallsWhole(b, c.tools)
@@ -201,14 +203,26 @@ func (s *Server) appendMessage(b []byte, p *plan, c *choicePlan) []byte {
 		b = append(b, ',', '"')
 		b = append(b, s.reasoningKey...)
 		b = append(b, '"', ':')
-		b = appendStringOrNull(b, reasoning, !hasReason)
+		if hasReason {
+			b = appendPieces(b, c.reasoning)
+		} else {
+			b = appendNull(b)
+		}
 		return append(b, '}')
 	case SGLang:
-		b = appendStringOrNull(b, content, hasTools && content == "")
+		if hasTools && len(c.content) == 0 {
+			b = appendNull(b)
+		} else {
+			b = appendPieces(b, c.content)
+		}
 		b = append(b, ',', '"')
 		b = append(b, s.reasoningKey...)
 		b = append(b, '"', ':')
-		b = appendStringOrNull(b, reasoning, !hasReason)
+		if hasReason {
+			b = appendPieces(b, c.reasoning)
+		} else {
+			b = appendNull(b)
+		}
 		b = append(b, `,"tool_calls":`...)
 		if hasTools {
 			b = s.appendToolCallsWhole(b, c.tools)
@@ -217,7 +231,11 @@ func (s *Server) appendMessage(b []byte, p *plan, c *choicePlan) []byte {
 		}
 		return append(b, '}')
 	case OpenAI:
-		b = appendStringOrNull(b, content, hasTools && content == "")
+		if hasTools && len(c.content) == 0 {
+			b = appendNull(b)
+		} else {
+			b = appendPieces(b, c.content)
+		}
 		b = append(b, `,"refusal":null,"annotations":[]`...)
 		if hasTools {
 			b = append(b, `,"tool_calls":`...)
@@ -225,9 +243,13 @@ func (s *Server) appendMessage(b []byte, p *plan, c *choicePlan) []byte {
 		}
 		return append(b, '}')
 	default: // OpenRouter
-		b = appendJSONString(b, content)
+		b = appendPieces(b, c.content)
 		b = append(b, `,"refusal":null,"reasoning":`...)
-		b = appendStringOrNull(b, reasoning, !hasReason)
+		if hasReason {
+			b = appendPieces(b, c.reasoning)
+		} else {
+			b = appendNull(b)
+		}
 		if hasTools {
 			b = append(b, `,"tool_calls":`...)
 			b = s.appendToolCallsWhole(b, c.tools)

@@ -563,8 +563,9 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 			return got
 		}
 		r := take(reasonTokens)
+		c.reasoning = make([]string, 0, r)
 		for k := 0; k < r; k++ {
-			c.reasoning = append(c.reasoning, piece(reasoningWords[:], cs, k))
+			c.reasoning = append(c.reasoning, piece(reasoningWords[:], reasoningSpaced, cs, k))
 		}
 		c.reasonTok = r
 		c.tokens = r
@@ -585,12 +586,13 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 		}
 		want := outTokens
 		got := take(want)
+		c.content = make([]string, 0, got)
 		for k := 0; k < got; k++ {
 			if k == want-1 && want > 1 {
 				c.content = append(c.content, ".")
 				continue
 			}
-			c.content = append(c.content, piece(contentWords[:], cs, k))
+			c.content = append(c.content, piece(contentWords[:], contentSpaced, cs, k))
 		}
 		c.tokens += got
 		if got < want {
