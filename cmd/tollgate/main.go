@@ -25,12 +25,25 @@ var commandSummaries = [][2]string{
 	{"serve", "run the service from a config file"},
 	{"demo", "run the service with simulated model servers and a funded demo key"},
 	{"simulate", "run a simulated model server (vllm, sglang, llamacpp, ollama, openai, openrouter)"},
+	{"accounts", "create, list, show, disable and enable accounts"},
+	{"keys", "create, list and revoke API keys"},
+	{"migrate", "create the store and apply pending schema migrations"},
 }
 
 func newCommand(name string, stdout, stderr io.Writer) command {
 	switch name {
+	case "accounts":
+		return &accountsCmd{stdout: stdout, stderr: stderr}
+	case "keys":
+		return &keysCmd{stdout: stdout, stderr: stderr}
+	case "migrate":
+		return &migrateCmd{stdout: stdout, stderr: stderr}
 	case "simulate":
 		return &simulateCmd{stdout: stdout, stderr: stderr}
+	case "serve":
+		return &serveCmd{stdout: stdout, stderr: stderr}
+	case "demo":
+		return &demoCmd{stdout: stdout, stderr: stderr}
 	}
 	return nil
 }

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/simulate"
+)
+
+// demoCmd is `tollgate demo`: the whole service on one machine with
+// simulated model servers, so a newcomer can point an OpenAI client at it.
+type demoCmd struct {
+	stdout, stderr io.Writer
+}
+
+// demoSimulators are the model servers the demo starts, one per flavour
+// (two vLLM nodes so the coder's network has a pool).
+var demoSimulators = []struct {
+	name string
+	cfg  simulate.Config
+}{
+	{name: "vllm-a", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, NoReasoning: true}},
+	{name: "vllm-b", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, NoReasoning: true}},
+	{name: "sglang", cfg: simulate.Config{Flavour: simulate.SGLang, Models: []string{"llama-3.3-70b"}, NoImages: true, NoPDF: true}},
+	{name: "llamacpp", cfg: simulate.Config{Flavour: simulate.LlamaCpp, Models: []string{"llama-3.3-70b"}, NoImages: true, NoPDF: true}},
+	{name: "ollama", cfg: simulate.Config{Flavour: simulate.Ollama, Models: []string{"gemma3:4b"}, NoTools: true, NoReasoning: true, NoImages: true, NoPDF: true}},
+	{name: "openrouter", cfg: simulate.Config{Flavour: simulate.OpenRouter, Models: []string{"anthropic/claude-sonnet-4.5", "google/gemma-3-4b-it"}, NoPDF: true}},
+	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, NoImages: true, NoPDF: true}},
+}
+
+// demoConfig is the demo's catalogue. It is built to show every rule:
+// only the coder reads images and PDFs; the coder's network reads PDFs but
+// does not reason while its fallback reasons but reads no PDFs (so PDF +
+// reasoning is capability_combination_unsupported); the cheap model has
+// neither tools nor reasoning.
+const demoConfig = `# tollgate demo config: written by 'tollgate demo' at every start (the
+# simulated servers get new ports each run). Your accounts and keys live in
+# the database beside it and are kept across runs.
+listen:
+  api: {{api}}
+store:
+  sqlite: tollgate.db
+health:
+  interval: 5s
+models:
+  - id: tg-coder
+    kind: coder
+    context_length: 131072
+    max_output_tokens: 16384
+    backends:
+      - class: network
+        upstream_model: qwen3-coder-30b
+        capabilities: [tools, image_input, pdf_input]
+        rates: {input: "0.30", output: "1.20"}
+        nodes:
+          - {name: gpu-a, url: "{{vllm-a}}/v1", flavour: vllm, max_concurrent: 64}
+          - {name: gpu-b, url: "{{vllm-b}}/v1", flavour: vllm, max_concurrent: 64}
+      - class: fallback
+        upstream_model: anthropic/claude-sonnet-4.5
+        url: "{{openrouter}}/api/v1"
+        flavour: openrouter
+        capabilities: [tools, reasoning, image_input]
+        rates: {input: "3.30", output: "16.50"}
+  - id: tg-chat
+    kind: chat
+    context_length: 65536
+    max_output_tokens: 8192
+    backends:
+      - class: network
+        upstream_model: llama-3.3-70b
+        capabilities: [tools, reasoning]
+        rates: {input: "0.12", output: "0.40"}
+        nodes:
+          - {name: gpu-c, url: "{{sglang}}/v1", flavour: sglang, max_concurrent: 64}
+          - {name: gpu-d, url: "{{llamacpp}}/v1", flavour: llamacpp, max_concurrent: 8}
+      - class: fallback
+        upstream_model: gpt-4.1
+        url: "{{openai}}/v1"
+        flavour: openai
+        capabilities: [tools, reasoning]
+        rates: {input: "2.20", output: "8.80"}
+  - id: tg-mini
+    kind: cheap
+    context_length: 32768
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: "gemma3:4b"
+        capabilities: []
+        rates: {input: "0.02", output: "0.04"}
+        nodes:
+          - {name: gpu-e, url: "{{ollama}}/v1", flavour: ollama, max_concurrent: 32}
+      - class: fallback
+        upstream_model: google/gemma-3-4b-it
+        url: "{{openrouter}}/api/v1"
+        flavour: openrouter
+        capabilities: []
+        rates: {input: "0.044", output: "0.088"}
+`
+
+func (c *demoCmd) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	dir := fs.String("dir", "tollgate-demo", "directory for the demo's config and database (reused on the next run)")
+	listen := fs.String("listen", "127.0.0.1:8080", "API address (a free port is taken if this one is busy)")
+	credit := fs.String("credit", "10", "USD credited to the demo account when it is created")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(c.stderr, "Usage: tollgate demo [--dir DIR] [--listen ADDR]")
+		fmt.Fprintln(c.stderr, "\nRuns tollgate with simulated model servers, a demo account and a key.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(c.stderr, *logLevel)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	amount, err := tollgate.ParseAmount(*credit)
+	if err != nil || amount < 0 {
+		return usageError{fmt.Sprintf("--credit %q: want a non-negative decimal amount", *credit)}
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	urls := map[string]string{}
+	for _, s := range demoSimulators {
+		run, err := simulate.Start(s.cfg)
+		if err != nil {
+			return fmt.Errorf("start simulated %s: %w", s.name, err)
+		}
+		defer run.Close()
+		urls[s.name] = run.URL()
+	}
+	urls["api"] = *listen
+	if ln, err := net.Listen("tcp", *listen); err != nil {
+		urls["api"] = "127.0.0.1:0"
+	} else {
+		ln.Close()
+	}
+	text := demoConfig
+	for k, v := range urls {
+		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
+	}
+	cfgPath := filepath.Join(*dir, "tollgate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
+		return err
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	m := &Main{Config: cfg, Log: log}
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	secret, err := ensureDemoKey(ctx, m.Store, *dir, amount)
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	base := m.APIURL()
+	fmt.Fprintf(c.stdout, `tollgate demo is running (config and database in %s/).
+
+  export OPENAI_BASE_URL=%s
+  export OPENAI_API_KEY=%s
+
+  curl -s $OPENAI_BASE_URL/chat/completions \
+    -H "Authorization: Bearer $OPENAI_API_KEY" -H "Content-Type: application/json" \
+    -d '{"model":"tg-chat","messages":[{"role":"user","content":"Say hello"}]}'
+
+  curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
+  curl -s %s/pricing                       # public rates
+
+Other commands work on it with --config %s. Ctrl-C stops it.
+`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), cfgPath)
+	return m.waitAndClose(ctx, cfgPath)
+}
+
+// ensureDemoKey returns the demo key, creating the demo account (with its
+// opening credit) and the key on the first run. The secret is kept in
+// DIR/demo-key (mode 0600) because a key is otherwise shown only once.
+func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit tollgate.Amount) (string, error) {
+	keyFile := filepath.Join(dir, "demo-key")
+	if b, err := os.ReadFile(keyFile); err == nil {
+		secret := strings.TrimSpace(string(b))
+		if k, _, err := st.KeyByHash(ctx, tollgate.HashKey(secret)); err == nil && k.Revoked.IsZero() {
+			return secret, nil
+		}
+	}
+	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "demo", Balance: credit, Created: time.Now().UTC()}
+	accts, err := st.Accounts(ctx)
+	if err != nil {
+		return "", err
+	}
+	found := false
+	for _, a := range accts {
+		if a.Name == "demo" {
+			acct, found = a, true
+			break
+		}
+	}
+	if !found {
+		if err := st.CreateAccount(ctx, acct); err != nil {
+			return "", fmt.Errorf("create demo account: %w", err)
+		}
+	}
+	secret := tollgate.NewKeySecret()
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: acct.ID, Name: "demo", Prefix: tollgate.DisplayPrefix(secret), Created: time.Now().UTC()}
+	if err := st.CreateKey(ctx, k, tollgate.HashKey(secret)); err != nil {
+		return "", fmt.Errorf("create demo key: %w", err)
+	}
+	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return secret, nil
+}

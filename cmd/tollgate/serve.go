@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/auth"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/traffic"
+)
+
+// Main is the running service: store, authenticator, traffic counter, relay
+// and the HTTP listeners. `tollgate serve`, `tollgate demo` and the
+// end-to-end tests all run this same struct (tests on port 0).
+type Main struct {
+	Config *config.Config
+	Log    *slog.Logger
+
+	Store   tollgate.Store
+	Auth    *auth.Authenticator
+	Traffic *traffic.Counter
+	Share   *traffic.Share
+	Relay   *relay.Relay
+	Server  *server.Server
+
+	servers []*http.Server
+	addrs   map[string]string // listener name -> actual address
+	cancel  context.CancelFunc
+	bg      sync.WaitGroup
+}
+
+// Open starts everything: the store (migrated), background loops, and the
+// listeners. Addresses ending in :0 get a free port; see Addr.
+func (m *Main) Open(ctx context.Context) error {
+	cfg := m.Config
+	if m.Log == nil {
+		m.Log = slog.New(slog.DiscardHandler)
+	}
+	st, err := openStore(ctx, cfg.Store)
+	if err != nil {
+		return err
+	}
+	m.Store = st
+	bgctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+
+	m.Auth = auth.New(st, auth.Options{PollInterval: cfg.Auth.Poll.D(), Logger: m.Log})
+	m.Traffic = traffic.NewCounter(st, traffic.CounterOptions{FlushInterval: cfg.Traffic.Flush.D(), Logger: m.Log})
+	m.Share = traffic.NewShare(st, traffic.ShareOptions{})
+	cat := relay.NewCatalog(cfg, nil)
+	m.Relay = relay.New(cat, relay.Options{
+		NonStreamTimeout: cfg.Timeouts.NonStream.D(),
+		StreamTotal:      cfg.Timeouts.StreamTotal.D(),
+		StreamIdle:       cfg.Timeouts.StreamIdle.D(),
+		KeepAlive:        cfg.Timeouts.KeepAlive.D(),
+		ConnectTimeout:   cfg.Timeouts.Connect.D(),
+		Health: relay.HealthPolicy{
+			FailureThreshold: cfg.Health.FailureThreshold,
+			BackoffMin:       cfg.Health.BackoffMin.D(),
+			BackoffMax:       cfg.Health.BackoffMax.D(),
+		},
+	}, m.Traffic, m.Log)
+	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
+	m.Server.Ready = func(ctx context.Context) error {
+		_, err := st.AuthVersion(ctx)
+		return err
+	}
+
+	m.background(func() { _ = m.Auth.Run(bgctx) })
+	m.background(func() { _ = m.Traffic.Run(bgctx) })
+	m.background(func() { m.Relay.RunHealthChecks(bgctx, cfg.Health.Interval.D(), cfg.Health.Timeout.D()) })
+
+	m.addrs = map[string]string{}
+	listen := func(name, addr string, h http.Handler) error {
+		if addr == "" {
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen %s on %s: %w", name, addr, err)
+		}
+		m.addrs[name] = ln.Addr().String()
+		srv := &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			// No WriteTimeout: streams run for up to timeouts.stream_total and
+			// set their own deadline (relay/stream.go).
+			ErrorLog: slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn),
+		}
+		m.servers = append(m.servers, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				m.Log.Error("listener stopped", "listener", name, "err", err)
+			}
+		}()
+		return nil
+	}
+	if err := listen("api", cfg.Listen.API, m.Server.APIHandler()); err != nil {
+		m.Close(ctx)
+		return err
+	}
+	if err := listen("public", cfg.Listen.Public, m.Server.PublicHandler()); err != nil {
+		m.Close(ctx)
+		return err
+	}
+	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(nil)); err != nil {
+		m.Close(ctx)
+		return err
+	}
+	return nil
+}
+
+func (m *Main) background(f func()) {
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		f()
+	}()
+}
+
+// Addr returns the actual address of a listener ("api", "public", "admin").
+func (m *Main) Addr(name string) string { return m.addrs[name] }
+
+// APIURL is the base URL clients use, with /v1.
+func (m *Main) APIURL() string { return "http://" + m.addrs["api"] + "/v1" }
+
+// Close shuts down gracefully: listeners stop accepting, running requests
+// get until ctx's deadline to finish, then traffic counts are flushed and the
+// store closed.
+func (m *Main) Close(ctx context.Context) error {
+	var errs []error
+	for _, s := range m.servers {
+		if err := s.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			_ = s.Close()
+		}
+	}
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.bg.Wait()
+	if m.Traffic != nil {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := m.Traffic.Flush(fctx); err != nil {
+			errs = append(errs, fmt.Errorf("flush traffic: %w", err))
+		}
+		cancel()
+	}
+	if m.Store != nil {
+		if err := m.Store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serveCmd is `tollgate serve`.
+type serveCmd struct {
+	stdout, stderr io.Writer
+}
+
+func (c *serveCmd) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	configPath := fs.String("config", defaultConfigPath(), "config file (env TOLLGATE_CONFIG)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(c.stderr, "Usage: tollgate serve [--config FILE]")
+		fmt.Fprintln(c.stderr, "\nRuns the service until SIGINT or SIGTERM, then drains running requests.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(c.stderr, *logLevel)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	m := &Main{Config: cfg, Log: log}
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	log.Info("tollgate serving", "api", m.Addr("api"), "public", m.Addr("public"), "admin", m.Addr("admin"), "models", len(cfg.Models))
+	return m.waitAndClose(ctx, *configPath)
+}
+
+// waitAndClose runs until ctx ends, reloading the catalogue on SIGHUP.
+func (m *Main) waitAndClose(ctx context.Context, configPath string) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if err := m.Reload(configPath); err != nil {
+				m.Log.Error("reload failed; keeping the running config", "err", err)
+			} else {
+				m.Log.Info("config reloaded", "models", len(m.Config.Models))
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	m.Log.Info("shutting down", "deadline", m.Config.Timeouts.Shutdown.D())
+	sctx, cancel := context.WithTimeout(context.Background(), m.Config.Timeouts.Shutdown.D())
+	defer cancel()
+	return m.Close(sctx)
+}
+
+// Reload re-reads the config and swaps the catalogue (models, backends,
+// nodes, rates). Running streams keep the catalogue they started with.
+// Listeners and the store are not changed by a reload.
+func (m *Main) Reload(path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	m.Relay.SetCatalog(relay.NewCatalog(cfg, m.Relay.Catalog()))
+	m.Config.Models = cfg.Models
+	return nil
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func defaultConfigPath() string {
+	if p := os.Getenv("TOLLGATE_CONFIG"); p != "" {
+		return p
+	}
+	return "tollgate.yaml"
+}
