@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// accountsCmd is `tollgate accounts create|list|show|disable|enable`.
+type accountsCmd struct {
+	stdout, stderr io.Writer
+}
+
+func (c *accountsCmd) Run(ctx context.Context, args []string) error {
+	return runGroup(ctx, "accounts", []subcommand{
+		{"create", "create an account", &accountsCreateCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"list", "list accounts", &accountsListCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"show", "show one account and its keys", &accountsShowCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"disable", "refuse every key of an account (403 account_disabled)", &accountsSetDisabledCmd{stdout: c.stdout, stderr: c.stderr, disabled: true}},
+		{"enable", "accept the account's keys again", &accountsSetDisabledCmd{stdout: c.stdout, stderr: c.stderr}},
+	}, args, c.stderr)
+}
+
+// accountsCreateCmd is `tollgate accounts create --name NAME`.
+type accountsCreateCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	name           string
+	json           bool
+}
+
+func (c *accountsCreateCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("accounts create", `accounts create --name NAME [--json] [--config FILE]
+
+Creates an account with a zero balance and prints its id.`, c.stderr)
+	c.registerConfigFlag(fs)
+	fs.StringVar(&c.name, "name", "", "a name for the account (required)")
+	fs.BoolVar(&c.json, "json", false, "print the account as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return err
+	}
+	if c.name == "" {
+		fs.Usage()
+		return usageError{"--name is required"}
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: c.name, Created: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := st.CreateAccount(ctx, a); err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(c.stdout, a)
+	}
+	fmt.Fprintln(c.stdout, a.ID)
+	return nil
+}
+
+// accountsListCmd is `tollgate accounts list`.
+type accountsListCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	json           bool
+}
+
+func (c *accountsListCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("accounts list", `accounts list [--json] [--config FILE]
+
+Lists every account, oldest first.`, c.stderr)
+	c.registerConfigFlag(fs)
+	fs.BoolVar(&c.json, "json", false, "print a JSON array")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	accts, err := st.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(c.stdout, accts)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tSTATUS\tBALANCE (USD)")
+	for _, a := range accts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Name, a.Created.Format(time.RFC3339), accountStatus(a), a.Balance)
+	}
+	return tw.Flush()
+}
+
+func accountStatus(a tollgate.Account) string {
+	if a.Disabled {
+		return "disabled"
+	}
+	return "active"
+}
+
+// accountsShowCmd is `tollgate accounts show ID`.
+type accountsShowCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	json           bool
+}
+
+func (c *accountsShowCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("accounts show", `accounts show ACCOUNT_ID [--json] [--config FILE]
+
+Shows one account and its keys (prefixes only; secrets are never stored).`, c.stderr)
+	c.registerConfigFlag(fs)
+	fs.BoolVar(&c.json, "json", false, "print {\"account\": ..., \"keys\": [...]} as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, "one ACCOUNT_ID"); err != nil {
+		return err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := st.Account(ctx, pos[0])
+	if err != nil {
+		return notFound("account", pos[0], err)
+	}
+	keys, err := st.Keys(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(c.stdout, struct {
+			Account tollgate.Account `json:"account"`
+			Keys    []tollgate.Key   `json:"keys"`
+		}{a, keys})
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id:\t%s\n", a.ID)
+	fmt.Fprintf(tw, "name:\t%s\n", a.Name)
+	fmt.Fprintf(tw, "created:\t%s\n", a.Created.Format(time.RFC3339))
+	fmt.Fprintf(tw, "status:\t%s\n", accountStatus(a))
+	fmt.Fprintf(tw, "balance:\t%s USD\n", a.Balance)
+	fmt.Fprintf(tw, "keys:\t%d\n", len(keys))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		fmt.Fprintln(c.stdout)
+		return printKeys(c.stdout, keys, time.Now())
+	}
+	return nil
+}
+
+// accountsSetDisabledCmd is `tollgate accounts disable|enable ID`.
+type accountsSetDisabledCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	disabled       bool
+}
+
+func (c *accountsSetDisabledCmd) Run(ctx context.Context, args []string) error {
+	verb := "enable"
+	help := "Accepts the account's keys again."
+	if c.disabled {
+		verb = "disable"
+		help = "Refuses every key of the account with 403 account_disabled, on every\ninstance within the auth poll interval. Keys stay as they are."
+	}
+	fs := newFlagSet("accounts "+verb, "accounts "+verb+" ACCOUNT_ID [--config FILE]\n\n"+help, c.stderr)
+	c.registerConfigFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, "one ACCOUNT_ID"); err != nil {
+		return err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.SetAccountDisabled(ctx, pos[0], c.disabled); err != nil {
+		return notFound("account", pos[0], err)
+	}
+	fmt.Fprintf(c.stdout, "account %s %sd\n", pos[0], verb)
+	return nil
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// keysCmd is `tollgate keys create|list|revoke`.
+type keysCmd struct {
+	stdout, stderr io.Writer
+}
+
+func (c *keysCmd) Run(ctx context.Context, args []string) error {
+	return runGroup(ctx, "keys", []subcommand{
+		{"create", "create a key and print its secret (once)", &keysCreateCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"list", "list keys (prefixes only)", &keysListCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"revoke", "revoke a key (401 api_key_revoked)", &keysRevokeCmd{stdout: c.stdout, stderr: c.stderr}},
+	}, args, c.stderr)
+}
+
+// keysCreateCmd is `tollgate keys create --account ID`.
+type keysCreateCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	account        string
+	name           string
+	expires        string
+	models         string
+	json           bool
+	now            func() time.Time // tests fix the clock
+}
+
+func (c *keysCreateCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("keys create", `keys create --account ACCOUNT_ID [--name NAME] [--expires WHEN] [--models a,b] [--json] [--config FILE]
+
+Creates an API key and prints its secret. The secret is shown this once:
+only its SHA-256 hash is stored, and listings show its first characters.`, c.stderr)
+	c.registerConfigFlag(fs)
+	fs.StringVar(&c.account, "account", "", "the account the key belongs to (required)")
+	fs.StringVar(&c.name, "name", "", "a name for the key")
+	fs.StringVar(&c.expires, "expires", "", "when the key stops working: a duration from now (720h, 30d) or a time (RFC 3339 or YYYY-MM-DD, UTC); default never")
+	fs.StringVar(&c.models, "models", "", "comma-separated catalogue model ids the key may call; default all")
+	fs.BoolVar(&c.json, "json", false, "print {\"key\": ..., \"secret\": ...} as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return err
+	}
+	if c.account == "" {
+		fs.Usage()
+		return usageError{"--account is required"}
+	}
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	created := now().UTC().Truncate(time.Microsecond)
+	var expires time.Time
+	if c.expires != "" {
+		if expires, err = parseExpiry(c.expires, created); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	models := splitList(c.models)
+
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var catalogue []string
+	for _, m := range c.cfg.Models {
+		catalogue = append(catalogue, m.ID)
+	}
+	for _, m := range models {
+		if !slices.Contains(catalogue, m) {
+			return usageError{fmt.Sprintf("--models: %q is not in the catalogue (%s)", m, strings.Join(catalogue, ", "))}
+		}
+	}
+	if _, err := st.Account(ctx, c.account); err != nil {
+		return notFound("account", c.account, err)
+	}
+	secret := tollgate.NewKeySecret()
+	k := tollgate.Key{
+		ID:            tollgate.NewID("key_"),
+		AccountID:     c.account,
+		Name:          c.name,
+		Prefix:        tollgate.DisplayPrefix(secret),
+		Created:       created,
+		Expires:       expires,
+		AllowedModels: models,
+	}
+	if k.AllowedModels == nil {
+		k.AllowedModels = []string{}
+	}
+	if err := st.CreateKey(ctx, k, tollgate.HashKey(secret)); err != nil {
+		return notFound("account", c.account, err)
+	}
+	if c.json {
+		return writeJSON(c.stdout, struct {
+			Key    tollgate.Key `json:"key"`
+			Secret string       `json:"secret"`
+		}{k, secret})
+	}
+	fmt.Fprintf(c.stderr, "Created key %s for account %s. The secret below is shown once; store it now.\n", k.ID, k.AccountID)
+	fmt.Fprintln(c.stdout, secret)
+	return nil
+}
+
+// parseExpiry reads a duration from now ("720h", "30d") or a time (RFC 3339,
+// or a date meaning midnight UTC).
+func parseExpiry(s string, now time.Time) (time.Time, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 {
+			return now.AddDate(0, 0, n), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("--expires %q: want a positive duration", s)
+		}
+		return now.Add(d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
+		if t, err := time.Parse(layout, s); err == nil {
+			if !t.After(now) {
+				return time.Time{}, fmt.Errorf("--expires %q is in the past", s)
+			}
+			return t.UTC().Truncate(time.Microsecond), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--expires %q: want a duration (720h, 30d) or a time (2026-01-31T00:00:00Z, 2026-01-31)", s)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// keysListCmd is `tollgate keys list [--account ID]`.
+type keysListCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	account        string
+	json           bool
+}
+
+func (c *keysListCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("keys list", `keys list [--account ACCOUNT_ID] [--json] [--config FILE]
+
+Lists keys, oldest first, with their prefixes (the secrets are not stored).`, c.stderr)
+	c.registerConfigFlag(fs)
+	fs.StringVar(&c.account, "account", "", "only this account's keys")
+	fs.BoolVar(&c.json, "json", false, "print a JSON array")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if c.account != "" {
+		if _, err := st.Account(ctx, c.account); err != nil {
+			return notFound("account", c.account, err)
+		}
+	}
+	keys, err := st.Keys(ctx, c.account)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(c.stdout, keys)
+	}
+	return printKeys(c.stdout, keys, time.Now())
+}
+
+func keyStatus(k tollgate.Key, now time.Time) string {
+	switch {
+	case !k.Revoked.IsZero():
+		return "revoked"
+	case !k.Expires.IsZero() && !now.Before(k.Expires):
+		return "expired"
+	}
+	return "active"
+}
+
+func printKeys(w io.Writer, keys []tollgate.Key, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPREFIX\tACCOUNT\tNAME\tCREATED\tEXPIRES\tSTATUS\tMODELS")
+	for _, k := range keys {
+		exp, models := "never", "all"
+		if !k.Expires.IsZero() {
+			exp = k.Expires.Format(time.RFC3339)
+		}
+		if len(k.AllowedModels) > 0 {
+			models = strings.Join(k.AllowedModels, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			k.ID, k.Prefix, k.AccountID, k.Name, k.Created.Format(time.RFC3339), exp, keyStatus(k, now), models)
+	}
+	return tw.Flush()
+}
+
+// keysRevokeCmd is `tollgate keys revoke ID`.
+type keysRevokeCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+}
+
+func (c *keysRevokeCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("keys revoke", `keys revoke KEY_ID [--config FILE]
+
+Revokes a key: every instance refuses it with 401 api_key_revoked within
+the auth poll interval (default 1s). Revoking twice keeps the first time.`, c.stderr)
+	c.registerConfigFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, "one KEY_ID (see 'tollgate keys list')"); err != nil {
+		return err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.RevokeKey(ctx, pos[0], time.Now().UTC()); err != nil {
+		return notFound("key", pos[0], err)
+	}
+	fmt.Fprintf(c.stdout, "key %s revoked\n", pos[0])
+	return nil
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+// migrateCmd is `tollgate migrate`: apply pending schema migrations.
+type migrateCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+}
+
+// migrator is what both stores offer beyond tollgate.Store.
+type migrator interface {
+	Migrate(ctx context.Context) ([]string, error)
+	SchemaVersion(ctx context.Context) (string, error)
+}
+
+func (c *migrateCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("migrate", `migrate [--config FILE]
+
+Creates the store if needed and applies pending schema migrations (embedded
+in the binary, run in order, recorded in schema_migrations). 'tollgate serve'
+does the same at start; several instances may start at once (PostgreSQL
+migrations run under an advisory lock).`, c.stderr)
+	c.registerConfigFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return err
+	}
+	st, err := c.open(ctx) // opening migrates
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, ok := st.(migrator)
+	if !ok {
+		return fmt.Errorf("store %s cannot migrate", describeStore(c.cfg.Store))
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		return err
+	}
+	v, err := m.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s: schema up to date at %s\n", describeStore(c.cfg.Store), v)
+	return nil
+}
