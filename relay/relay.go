@@ -57,6 +57,13 @@ type TrafficCounter interface {
 	Add(class tollgate.BackendClass)
 }
 
+// Deps are the relay's collaborators; any may be nil.
+type Deps struct {
+	Traffic TrafficCounter  // counts served requests per class
+	Biller  tollgate.Biller // holds and settles money; nil: billing off
+	Log     *slog.Logger
+}
+
 // Relay serves chat completions. It is safe for concurrent use; the catalogue
 // can be swapped at run time (config reload) without disturbing requests in flight.
 type Relay struct {
@@ -65,14 +72,16 @@ type Relay struct {
 	picker  picker
 	opts    Options
 	traffic TrafficCounter
+	biller  tollgate.Biller
 	log     *slog.Logger
 	now     func() time.Time
 	bufs    sync.Pool
 }
 
-// New builds a relay. traffic may be nil (nothing counted).
-func New(cat *Catalog, opts Options, traffic TrafficCounter, log *slog.Logger) *Relay {
+// New builds a relay.
+func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	opts.setDefaults()
+	log := deps.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -90,7 +99,8 @@ func New(cat *Catalog, opts Options, traffic TrafficCounter, log *slog.Logger) *
 	r := &Relay{
 		client:  &http.Client{Transport: tr},
 		opts:    opts,
-		traffic: traffic,
+		traffic: deps.Traffic,
+		biller:  deps.Biller,
 		log:     log,
 		now:     time.Now,
 	}
@@ -173,6 +183,21 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
 		promptEstimate: promptEstimate(cr, m)}
 	defer func() { x.node.release() }()
+	if r.biller != nil {
+		promptBound := promptBound(cr, m)
+		amount, err := holdAmount(b.Prices, promptBound, outCap*cr.N)
+		if err != nil {
+			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr), "the request's cost bound is out of range")
+		}
+		x.holdID, err = r.biller.Hold(req.Context(), tollgate.HoldRequest{
+			RequestID: call.RequestID, AccountID: call.Account.ID, KeyID: call.Key.ID, Model: m.ID,
+			Class: b.Class, Amount: amount, TokenBound: promptBound + outCap*cr.N, Time: r.now(),
+		})
+		if err != nil {
+			return err
+		}
+		defer x.releaseUnsettled()
+	}
 	if cr.Stream {
 		return x.stream(w, req)
 	}
@@ -195,6 +220,24 @@ func promptEstimate(cr *openai.ChatRequest, m *Model) int64 {
 	return min(n, m.ContextLength)
 }
 
+// promptBound is an upper bound of the prompt's tokens for the hold: every
+// byte of the messages and tools as a token (a BPE token covers at least one
+// byte), 16 template tokens per message part, 2,000 tokens per image (above
+// the largest tiling of the major vision models), and any document makes the
+// bound the whole context. Never above the context length.
+func promptBound(cr *openai.ChatRequest, m *Model) int64 {
+	if cr.Files > 0 {
+		return m.ContextLength
+	}
+	n := cr.PromptBytes + 64 + cr.Images*2000
+	return min(n, m.ContextLength)
+}
+
+// holdAmount is promptBound x input + output cap x output.
+func holdAmount(p tollgate.Prices, promptBound, outputCap int64) (tollgate.Amount, error) {
+	return p.Cost(promptBound, outputCap)
+}
+
 // exchange is one request's trip to one backend.
 type exchange struct {
 	r              *Relay
@@ -205,6 +248,57 @@ type exchange struct {
 	node           *Node
 	body           []byte
 	promptEstimate int64
+	holdID         string
+	settled        bool
+}
+
+// settle charges the request (or releases the hold when it cost nothing) and
+// returns the amount charged, which is what the client is shown.
+func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount {
+	if x.r.biller == nil || x.holdID == "" {
+		return cost
+	}
+	x.settled = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
+			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
+		}
+		return 0
+	}
+	c := tollgate.Charge{
+		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
+		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
+	}
+	if u.CachedTokens != nil {
+		c.CachedTokens = *u.CachedTokens
+	}
+	if u.ReasoningTokens != nil {
+		c.ReasoningTokens = *u.ReasoningTokens
+	}
+	charged, err := x.r.biller.Settle(ctx, x.holdID, c)
+	if err != nil {
+		// The hold stays until its lease ends, so the balance stays covered;
+		// the operator sees this line and the audit.
+		x.r.log.Error("settle failed", "request_id", x.call.RequestID, "account", x.call.Account.ID, "cost", cost.String(), "err", err)
+		return cost
+	}
+	return charged
+}
+
+// releaseUnsettled frees the hold of a request that ended without a charge.
+func (x *exchange) releaseUnsettled() {
+	if x.settled || x.holdID == "" {
+		return
+	}
+	x.settled = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := x.r.biller.Release(ctx, x.holdID); err != nil {
+		x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
+	}
 }
 
 func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID }
@@ -309,6 +403,7 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("price request: %w", err)
 	}
+	cost = x.settle(u, cost)
 	x.call.Usage, x.call.Cost, x.call.Outcome = u, cost, "served"
 	x.noteServed()
 	bufp := x.r.bufs.Get().(*[]byte)

@@ -140,6 +140,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("price stream: %w", err)
 	}
+	cost = x.settle(u, cost)
 	x.call.Usage, x.call.Cost = u, cost
 	if served || u.CompletionTokens > 0 || u.PromptTokens > 0 {
 		x.noteServed()

@@ -73,7 +73,7 @@ func (m *Main) Open(ctx context.Context) error {
 			BackoffMin:       cfg.Health.BackoffMin.D(),
 			BackoffMax:       cfg.Health.BackoffMax.D(),
 		},
-	}, m.Traffic, m.Log)
+	}, relay.Deps{Traffic: m.Traffic, Log: m.Log})
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
