@@ -35,6 +35,12 @@ type Key struct {
 	Revoked time.Time `json:"revoked,omitzero"`
 	// AllowedModels restricts the key to these catalogue ids; empty means all.
 	AllowedModels []string `json:"allowed_models"`
+	// SpendLimit caps what the key may spend in all (charges plus holds in
+	// flight); 0 means no limit beyond the account's balance.
+	SpendLimit Amount `json:"spend_limit,omitzero"`
+	// RPM and TPM cap requests and tokens per minute (0: no limit).
+	RPM int64 `json:"rpm,omitzero"`
+	TPM int64 `json:"tpm,omitzero"`
 }
 
 // Active reports whether the key may be used at now (not revoked, not expired).
@@ -110,7 +116,7 @@ func LooksLikeKey(s string) bool {
 		return false
 	}
 	for i := len(KeyPrefix); i < len(s); i++ {
-		if strings.IndexByte(base62, s[i]) < 0 {
+		if c := s[i]; !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
 			return false
 		}
 	}

@@ -44,15 +44,18 @@ type DB struct {
 	path string
 	w    *sql.DB // exactly one connection, BEGIN IMMEDIATE: all writes
 	r    *sql.DB // a pool of read-only connections: all reads
+
+	// Prepared once: parsing SQL costs more than running these point queries.
+	keyByHash, authVersion *sql.Stmt
 }
 
 var _ tollgate.Store = (*DB)(nil)
 
 // driver names a database/sql driver for SQLite; both modernc.org/sqlite and
 // mattn/go-sqlite3 accept the same DSN parameters.
-type driver struct{ name string }
+type driver struct{ name, label string }
 
-var moderncDriver = driver{name: "sqlite"}
+var moderncDriver = driver{name: "sqlite", label: "modernc"}
 
 // Open opens (creating it if needed) the SQLite database at path and applies
 // pending migrations. path is a plain file path; it must not contain '?'.
@@ -104,6 +107,15 @@ func open(ctx context.Context, d driver, path string) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
+	if db.keyByHash, err = r.PrepareContext(ctx,
+		`SELECT `+accountColumns+`, `+keyColumns+` FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ?`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	}
+	if db.authVersion, err = r.PrepareContext(ctx, `SELECT version FROM auth_version WHERE id = 1`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	}
 	return db, nil
 }
 
@@ -112,6 +124,11 @@ func (db *DB) Path() string { return db.path }
 
 // Close closes both connection pools.
 func (db *DB) Close() error {
+	for _, st := range []*sql.Stmt{db.keyByHash, db.authVersion} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	var errR error
 	if db.r != nil {
 		errR = db.r.Close()
@@ -411,9 +428,7 @@ func (db *DB) KeyByHash(ctx context.Context, h tollgate.KeyHash) (tollgate.Key, 
 	var created int64
 	var expires, revoked sql.NullInt64
 	var models string
-	row := db.r.QueryRowContext(ctx,
-		`SELECT `+accountColumns+`, `+keyColumns+` FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ?`,
-		h.String())
+	row := db.keyByHash.QueryRowContext(ctx, h.String())
 	a, err := scanAccount(row, keyDest(&k, &created, &expires, &revoked, &models)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return k, a, fmt.Errorf("key by hash: %w", tollgate.ErrNotFound)
@@ -484,7 +499,7 @@ func (db *DB) RevokeKey(ctx context.Context, id string, at time.Time) error {
 // AuthVersion returns the auth change counter.
 func (db *DB) AuthVersion(ctx context.Context) (int64, error) {
 	var v int64
-	if err := db.r.QueryRowContext(ctx, `SELECT version FROM auth_version WHERE id = 1`).Scan(&v); err != nil {
+	if err := db.authVersion.QueryRowContext(ctx).Scan(&v); err != nil {
 		return 0, fmt.Errorf("sqlite: auth version: %w", err)
 	}
 	return v, nil
