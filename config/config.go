@@ -83,7 +83,9 @@ type Auth struct {
 
 // Traffic configures the traffic-share counters behind /pricing.
 type Traffic struct {
-	Flush Duration `yaml:"flush"` // default 5s
+	Flush Duration `yaml:"flush"` // default 5s: how often counts are written
+	// ShareCache is how long /pricing reuses a read of the 7-day share. Default 10s.
+	ShareCache Duration `yaml:"share_cache"`
 }
 
 // Model is one catalogue entry.
@@ -210,6 +212,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.Auth.Poll, time.Second)
 	def(&c.Traffic.Flush, 5*time.Second)
+	def(&c.Traffic.ShareCache, 10*time.Second)
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
 			c.Models[i].OwnedBy = "tollgate"

@@ -339,6 +339,9 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 					continue
 				}
 			}
+			// Nothing reached a model: no node could take the request.
+			return nil, &tollgate.Error{Code: tollgate.CodeBackendUnavailable, RetryAfter: 2, Err: err,
+				Message: "no backend of model " + x.model.ID + " can take the request now; retry shortly"}
 		} else {
 			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
 		}
@@ -426,6 +429,10 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
 // transportError maps a failed upstream exchange: our deadline is 504
 // timeout, a client that went away gets nothing, anything else is 502.
 func (x *exchange) transportError(ctx context.Context, req *http.Request, err error) error {
+	var te *tollgate.Error
+	if errors.As(err, &te) {
+		return te
+	}
 	if req.Context().Err() != nil {
 		x.call.Outcome = "disconnected"
 		return &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "client closed the request", Err: err}

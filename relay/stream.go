@@ -42,21 +42,8 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	totalTimer := time.AfterFunc(x.r.opts.StreamTotal, func() { cancel(errStreamTotal) })
 	defer totalTimer.Stop()
 
-	resp, err := x.send(ctx)
-	if err != nil {
-		return x.transportError(ctx, req, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return x.classifyStatus(resp)
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		// A server that answers a stream with one JSON body is reporting an error.
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
-		return openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
-	}
-
+	// The watchdog runs from the start: a backend that is slow to send even
+	// its headers (queueing, long prefill) still gets keep-alives to the client.
 	s := &streamer{x: x, w: w, rc: http.NewResponseController(w)}
 	now := x.r.now().UnixNano()
 	s.lastWrite.Store(now)
@@ -64,45 +51,67 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	watchdogDone := make(chan struct{})
 	stopWatchdog := make(chan struct{})
 	go s.watchdog(cancel, stopWatchdog, watchdogDone)
-
-	norm := &openai.StreamNormalizer{ID: x.completionID(), Model: x.model.ID, Flavour: x.node.Flavour}
-	er := openai.NewEventReader(resp.Body)
-	var failure error
-	var readErr error
-	done := false
-	for {
-		ev, err := er.Next()
-		if err != nil {
-			readErr = err
-			break
-		}
-		s.lastUpstream.Store(x.r.now().UnixNano())
-		out, err := norm.Event(ev)
-		if errors.Is(err, openai.ErrDone) {
-			done = true
-			break
-		}
-		if err != nil {
-			failure = err
-			break
-		}
-		if out == nil {
-			continue
-		}
-		if !s.send(out) {
-			break // the client is gone
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			close(stopWatchdog)
+			<-watchdogDone
 		}
 	}
-	close(stopWatchdog)
-	<-watchdogDone
+	defer stop()
+
+	norm := &openai.StreamNormalizer{ID: x.completionID(), Model: x.model.ID, Flavour: x.node.Flavour}
+	var failure, readErr error
+	done := false
+	resp, err := x.send(ctx)
+	switch {
+	case err != nil:
+		failure = x.transportError(ctx, req, err)
+	case resp.StatusCode/100 != 2:
+		failure = x.classifyStatus(resp)
+		resp.Body.Close()
+	default:
+		defer resp.Body.Close()
+		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+			// A server that answers a stream with one JSON body is reporting an error.
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			failure = openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
+			break
+		}
+		er := openai.NewEventReader(resp.Body)
+		for {
+			ev, err := er.Next()
+			if err != nil {
+				readErr = err
+				break
+			}
+			s.lastUpstream.Store(x.r.now().UnixNano())
+			out, err := norm.Event(ev)
+			if errors.Is(err, openai.ErrDone) {
+				done = true
+				break
+			}
+			if err != nil {
+				failure = err
+				break
+			}
+			if out == nil {
+				continue
+			}
+			if !s.send(out) {
+				break // the client is gone
+			}
+		}
+	}
+	stop()
 
 	clientGone := req.Context().Err() != nil || s.writeErr != nil
 	cause := context.Cause(ctx)
-	served := done || (errors.Is(readErr, io.EOF) && norm.SawFinish() && failure == nil)
+	served := failure == nil && (done || (errors.Is(readErr, io.EOF) && norm.SawFinish()))
 	switch {
-	case served:
-	case failure != nil:
-	case clientGone:
+	case served, failure != nil, clientGone:
 	case errors.Is(cause, errStreamIdle):
 		failure = tollgate.Errorf(tollgate.CodeTimeout, "the backend sent nothing for %s; the stream was ended", x.r.opts.StreamIdle)
 	case errors.Is(cause, errStreamTotal):
@@ -111,10 +120,12 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Err: readErr,
 			Message: "the backend closed the stream before it finished"}
 	}
-	if failure != nil && !clientGone {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
-	} else if served {
-		x.node.reportSuccess()
+	if resp != nil && resp.StatusCode/100 == 2 {
+		if failure != nil && !clientGone {
+			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		} else if served {
+			x.node.reportSuccess()
+		}
 	}
 
 	// What to bill: the backend's usage when it gave one; otherwise a local

@@ -7,23 +7,21 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/relay"
 )
 
-// pricingCache keeps the last /pricing body for a few seconds: the traffic
-// share behind it changes slowly and SPEC.md says hourly polling suffices.
+// pricingCache keeps the last /pricing body; it is rebuilt only when the
+// catalogue or the traffic counts change (the counts are themselves read at
+// most once per traffic.share_cache).
 type pricingCache struct {
-	mu      sync.Mutex
-	body    []byte
-	etag    string
-	at      time.Time
-	catalog *relay.Catalog
+	mu             sync.Mutex
+	body           []byte
+	etag           string
+	catalog        *relay.Catalog
+	network, total int64
 }
-
-const pricingTTL = 5 * time.Second
 
 // pricingHandler is GET /pricing (SPEC.md "Pricing response"): rates as
 // decimal strings per 1M tokens, the blend by the last 7 days' traffic share
@@ -63,10 +61,6 @@ func (s *Server) pricingBody(r *http.Request) ([]byte, string, error) {
 	c := &s.pricing
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := s.Now()
-	if c.body != nil && c.catalog == cat && now.Sub(c.at) < pricingTTL {
-		return c.body, c.etag, nil
-	}
 	var network, total int64
 	if s.Uptime != nil {
 		var err error
@@ -79,9 +73,12 @@ func (s *Server) pricingBody(r *http.Request) ([]byte, string, error) {
 			return nil, "", &tollgate.Error{Code: tollgate.CodeInternal, Message: "pricing is unavailable right now", Err: err}
 		}
 	}
+	if c.body != nil && c.catalog == cat && c.network == network && c.total == total {
+		return c.body, c.etag, nil
+	}
 	body := BuildPricing(cat, network, total)
 	sum := sha256.Sum256(body)
-	c.body, c.etag, c.at, c.catalog = body, `"`+hex.EncodeToString(sum[:12])+`"`, now, cat
+	c.body, c.etag, c.catalog, c.network, c.total = body, `"`+hex.EncodeToString(sum[:12])+`"`, cat, network, total
 	return c.body, c.etag, nil
 }
 

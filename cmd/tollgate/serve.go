@@ -60,7 +60,7 @@ func (m *Main) Open(ctx context.Context) error {
 
 	m.Auth = auth.New(st, auth.Options{PollInterval: cfg.Auth.Poll.D(), Logger: m.Log})
 	m.Traffic = traffic.NewCounter(st, traffic.CounterOptions{FlushInterval: cfg.Traffic.Flush.D(), Logger: m.Log})
-	m.Share = traffic.NewShare(st, traffic.ShareOptions{})
+	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
 	cat := relay.NewCatalog(cfg, nil)
 	m.Relay = relay.New(cat, relay.Options{
 		NonStreamTimeout: cfg.Timeouts.NonStream.D(),
