@@ -13,7 +13,7 @@ import (
 // benchDrivers are the drivers BenchmarkDriver compares. The pure-Go driver
 // is always here; driver_cgo_bench_test.go adds mattn/go-sqlite3 when cgo is
 // on (CGO_ENABLED=1 and a C compiler), so the binary itself never needs cgo.
-var benchDrivers = []driver{moderncDriver}
+var benchDrivers = []driver{moderncDriver, {name: "sqlite", label: "modernc-sync-normal", synchronous: "NORMAL"}}
 
 // BenchmarkDriver measures the store's hot operations through each driver:
 // a key lookup (the cache miss of auth), a traffic flush (a small write
@@ -86,14 +86,12 @@ func BenchmarkDriver(b *testing.B) {
 				})
 			})
 			b.Run("CreateKey", func(b *testing.B) {
-				i := 0
 				for b.Loop() {
 					s := tollgate.NewKeySecret()
-					k := tollgate.Key{ID: fmt.Sprintf("key_c%d", i), AccountID: "acct_b", Prefix: "p", Created: now}
+					k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: "acct_b", Prefix: "p", Created: now}
 					if err := db.CreateKey(ctx, k, tollgate.HashKey(s)); err != nil {
 						b.Fatal(err)
 					}
-					i++
 				}
 			})
 		})

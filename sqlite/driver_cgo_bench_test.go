@@ -4,4 +4,6 @@ package sqlite
 
 import _ "github.com/mattn/go-sqlite3" // registers driver "sqlite3"; test binary only
 
-func init() { benchDrivers = append(benchDrivers, driver{name: "sqlite3", label: "mattn"}) }
+func init() {
+	benchDrivers = append(benchDrivers, driver{name: "sqlite3", label: "mattn"}, driver{name: "sqlite3", label: "mattn-sync-normal", synchronous: "NORMAL"})
+}

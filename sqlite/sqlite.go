@@ -53,7 +53,9 @@ var _ tollgate.Store = (*DB)(nil)
 
 // driver names a database/sql driver for SQLite; both modernc.org/sqlite and
 // mattn/go-sqlite3 accept the same DSN parameters.
-type driver struct{ name, label string }
+// synchronous is the PRAGMA synchronous value ("" means FULL; the driver
+// benchmark also measures NORMAL).
+type driver struct{ name, label, synchronous string }
 
 var moderncDriver = driver{name: "sqlite", label: "modernc"}
 
@@ -77,8 +79,12 @@ func open(ctx context.Context, d driver, path string) (*DB, error) {
 	}
 	// synchronous=FULL: a committed charge or credit survives a power loss,
 	// not only a process crash (NORMAL would only guarantee the latter in WAL mode).
+	sync := d.synchronous
+	if sync == "" {
+		sync = "FULL"
+	}
 	common := "_busy_timeout=" + strconv.Itoa(int(busyTimeout/time.Millisecond)) +
-		"&_journal_mode=WAL&_foreign_keys=1&_synchronous=FULL"
+		"&_journal_mode=WAL&_foreign_keys=1&_synchronous=" + sync
 	w, err := sql.Open(d.name, path+"?"+common+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
