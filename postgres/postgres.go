@@ -305,10 +305,11 @@ func (db *DB) CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash)
 	}
 	_, err := db.pool.Exec(ctx,
 		`WITH created AS (
-		     INSERT INTO api_keys (id, account_id, name, prefix, hash, created, expires, revoked, allowed_models)
-		     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING 1)
+		     INSERT INTO api_keys (id, account_id, name, prefix, hash, created, expires, revoked, allowed_models, spend_limit, rpm, tpm)
+		     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING 1)
 		 `+bumpAuthVersion+` AND EXISTS (SELECT 1 FROM created)`,
-		k.ID, k.AccountID, k.Name, k.Prefix, h.String(), k.Created, nullTime(k.Expires), nullTime(k.Revoked), models)
+		k.ID, k.AccountID, k.Name, k.Prefix, h.String(), k.Created, nullTime(k.Expires), nullTime(k.Revoked), models,
+		int64(k.SpendLimit), k.RPM, k.TPM)
 	switch pgCode(err) {
 	case "":
 	case foreignKeyViolation:
@@ -322,7 +323,7 @@ func (db *DB) CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash)
 	return nil
 }
 
-const keyColumns = `k.id, k.account_id, k.name, k.prefix, k.created, k.expires, k.revoked, k.allowed_models`
+const keyColumns = `k.id, k.account_id, k.name, k.prefix, k.created, k.expires, k.revoked, k.allowed_models, k.spend_limit, k.rpm, k.tpm`
 
 type keyScan struct {
 	k                tollgate.Key
@@ -330,7 +331,8 @@ type keyScan struct {
 }
 
 func (s *keyScan) dest() []any {
-	return []any{&s.k.ID, &s.k.AccountID, &s.k.Name, &s.k.Prefix, &s.k.Created, &s.expires, &s.revoked, &s.k.AllowedModels}
+	return []any{&s.k.ID, &s.k.AccountID, &s.k.Name, &s.k.Prefix, &s.k.Created, &s.expires, &s.revoked, &s.k.AllowedModels,
+		(*int64)(&s.k.SpendLimit), &s.k.RPM, &s.k.TPM}
 }
 
 func (s *keyScan) key() tollgate.Key {

@@ -392,10 +392,10 @@ func (db *DB) CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash)
 	}
 	err = db.write(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO api_keys (id, account_id, name, prefix, hash, created, expires, revoked, allowed_models)
-			 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			`INSERT INTO api_keys (id, account_id, name, prefix, hash, created, expires, revoked, allowed_models, spend_limit, rpm, tpm)
+			 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			k.ID, k.AccountID, k.Name, k.Prefix, h.String(), toMicros(k.Created),
-			nullMicros(k.Expires), nullMicros(k.Revoked), string(modelsJSON)); err != nil {
+			nullMicros(k.Expires), nullMicros(k.Revoked), string(modelsJSON), int64(k.SpendLimit), k.RPM, k.TPM); err != nil {
 			return err
 		}
 		return bumpAuthVersion(ctx, tx)
@@ -411,10 +411,10 @@ func (db *DB) CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash)
 	return nil
 }
 
-const keyColumns = `k.id, k.account_id, k.name, k.prefix, k.created, k.expires, k.revoked, k.allowed_models`
+const keyColumns = `k.id, k.account_id, k.name, k.prefix, k.created, k.expires, k.revoked, k.allowed_models, k.spend_limit, k.rpm, k.tpm`
 
 func keyDest(k *tollgate.Key, created *int64, expires, revoked *sql.NullInt64, models *string) []any {
-	return []any{&k.ID, &k.AccountID, &k.Name, &k.Prefix, created, expires, revoked, models}
+	return []any{&k.ID, &k.AccountID, &k.Name, &k.Prefix, created, expires, revoked, models, &k.SpendLimit, &k.RPM, &k.TPM}
 }
 
 func finishKey(k *tollgate.Key, created int64, expires, revoked sql.NullInt64, models string) error {

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) tollgate.Store) {
 			tc.fn(t, s)
 		})
 	}
+	runBilling(t, open)
 }
 
 // t0 is a fixed instant with sub-microsecond digits, which stores drop.

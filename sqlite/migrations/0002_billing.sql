@@ -61,6 +61,7 @@ CREATE TABLE ledger (
 
 CREATE INDEX ledger_account_time ON ledger (account_id, time);
 CREATE INDEX ledger_time ON ledger (time);
+CREATE INDEX ledger_key ON ledger (key_id);
 
 -- Requests and tokens of a key in one minute (fixed windows, shared by every
 -- process on the database).

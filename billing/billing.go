@@ -1,0 +1,368 @@
+// Package billing implements tollgate.Biller: prepaid holds before a request
+// runs, the charge after it, and the sweeper that frees the holds of dead
+// processes (docs/billing.md).
+//
+// Every operation goes through the store, which checks and changes balances
+// in one transaction; the no-overdraft guarantee is the database's, not this
+// process's, so it holds across any number of instances. To keep the cost of
+// that low, operations are group-committed: while one batch is being written,
+// the operations that arrive queue up and go together in the next
+// transaction (one fsync for SQLite, one round trip and one commit for
+// PostgreSQL). An operation waits for its own batch to commit before it
+// returns, so nothing is acknowledged before it is durable.
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Store is what billing needs from the database (sqlite.DB, postgres.DB).
+type Store interface {
+	// ApplyBilling applies ops in order in one transaction, filling in
+	// their results; an error means none was applied.
+	ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
+	// RenewHolds extends to expires the lease of owner's holds created after createdAfter.
+	RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error)
+	// SweepHolds releases up to limit holds whose lease ended before now.
+	SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error)
+}
+
+// Options tune a Biller. The zero value is the default.
+type Options struct {
+	// Lease is how long a hold lives without renewal: how long the hold of
+	// a process that died keeps the balance reserved. Default 2m.
+	Lease time.Duration
+	// Renew is how often this instance extends the leases of its holds.
+	// Default Lease/3.
+	Renew time.Duration
+	// Sweep is how often expired holds are released. Default 30s.
+	Sweep time.Duration
+	// MaxAge is the longest a request can run (the stream limit plus a
+	// margin): a hold older than this is no longer renewed, so a hold that a
+	// bug forgot still expires. Default 31m.
+	MaxAge time.Duration
+	// MaxBatch bounds the operations of one transaction. Default 512.
+	MaxBatch int
+	// Workers is how many batches may be in flight at once. SQLite has one
+	// writer, so 1 (the default) is right for it; PostgreSQL can take a few.
+	Workers int
+	// Instance names this process in the holds it owns. Default random.
+	Instance string
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.Lease, 2*time.Minute)
+	def(&o.Renew, o.Lease/3)
+	def(&o.Sweep, 30*time.Second)
+	def(&o.MaxAge, 31*time.Minute)
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 512
+	}
+	if o.Workers <= 0 {
+		o.Workers = 1
+	}
+	if o.Instance == "" {
+		o.Instance = tollgate.NewID("inst_")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Stats are counters since the Biller started.
+type Stats struct {
+	Holds, Refused, Settled, Released int64
+	// Uncollected counts charges where the backend reported more than the
+	// hold and the free balance covered; UncollectedAmount is their sum.
+	Uncollected       int64
+	UncollectedAmount tollgate.Amount
+	Swept             int64
+	Batches           int64
+}
+
+// Biller is the tollgate.Biller of a store. Build it with New, run Run in
+// the background (lease renewal and sweeping), Close it before the store.
+type Biller struct {
+	st    Store
+	opts  Options
+	log   *slog.Logger
+	queue chan *pending
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+
+	// accounts maps this instance's live holds to their accounts, so that a
+	// release can be sent in account (lock) order.
+	accounts sync.Map
+
+	holds, refused, settled, released, uncollected, uncollectedAmt, swept, batches atomic.Int64
+}
+
+var _ tollgate.Biller = (*Biller)(nil)
+
+type pending struct {
+	op   tollgate.BillingOp
+	err  error
+	done chan struct{}
+}
+
+// ErrClosed is returned by operations after Close.
+var ErrClosed = errors.New("billing: closed")
+
+// New starts a Biller on st.
+func New(st Store, o Options) *Biller {
+	o.setDefaults()
+	b := &Biller{st: st, opts: o, log: o.Logger, queue: make(chan *pending), quit: make(chan struct{})}
+	for range o.Workers {
+		b.wg.Add(1)
+		go b.worker()
+	}
+	return b
+}
+
+// Instance is the id this process's holds carry.
+func (b *Biller) Instance() string { return b.opts.Instance }
+
+// Close stops the batch workers once the operations already queued are
+// written. Operations after Close fail with ErrClosed.
+func (b *Biller) Close() {
+	b.once.Do(func() { close(b.quit) })
+	b.wg.Wait()
+}
+
+// Stats returns the counters.
+func (b *Biller) Stats() Stats {
+	return Stats{Holds: b.holds.Load(), Refused: b.refused.Load(), Settled: b.settled.Load(), Released: b.released.Load(),
+		Uncollected: b.uncollected.Load(), UncollectedAmount: tollgate.Amount(b.uncollectedAmt.Load()),
+		Swept: b.swept.Load(), Batches: b.batches.Load()}
+}
+
+// do queues op and waits until its batch is committed. It does not give up
+// when the caller's context ends: an operation that may already be written
+// must be seen through, or a hold could be placed that nobody releases.
+func (b *Biller) do(op tollgate.BillingOp) (tollgate.BillingOp, error) {
+	p := &pending{op: op, done: make(chan struct{})}
+	select {
+	case b.queue <- p:
+	case <-b.quit:
+		return op, ErrClosed
+	}
+	<-p.done
+	return p.op, p.err
+}
+
+func (b *Biller) worker() {
+	defer b.wg.Done()
+	batch := make([]*pending, 0, b.opts.MaxBatch)
+	for {
+		select {
+		case p := <-b.queue:
+			batch = append(batch[:0], p)
+		drain:
+			for len(batch) < b.opts.MaxBatch {
+				select {
+				case p := <-b.queue:
+					batch = append(batch, p)
+				default:
+					break drain
+				}
+			}
+			b.apply(batch)
+		case <-b.quit:
+			return
+		}
+	}
+}
+
+// apply writes one batch. If the batch fails as a whole (one bad operation
+// aborts a PostgreSQL transaction), each operation is retried alone so that
+// only the bad one fails.
+func (b *Biller) apply(batch []*pending) {
+	b.batches.Add(1)
+	ops := make([]*tollgate.BillingOp, len(batch))
+	for i, p := range batch {
+		ops[i] = &p.op
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := b.st.ApplyBilling(ctx, ops)
+	if err != nil && len(batch) > 1 {
+		b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
+		for i, p := range batch {
+			p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
+			close(p.done)
+		}
+		return
+	}
+	for _, p := range batch {
+		p.err = err
+		close(p.done)
+	}
+}
+
+// Hold reserves req.Amount on the account, within the key's spend limit and
+// rate limits (tollgate.Biller).
+func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, error) {
+	now := b.opts.Now()
+	at := req.Time
+	if at.IsZero() {
+		at = now
+	}
+	h := tollgate.Hold{
+		ID: tollgate.NewID("hold_"), RequestID: req.RequestID, AccountID: req.AccountID, KeyID: req.KeyID,
+		Model: req.Model, Class: req.Class, Amount: req.Amount, Tokens: req.TokenBound, Minute: at.Unix() / 60,
+		Owner: b.opts.Instance, Created: now, Expires: now.Add(b.opts.Lease),
+	}
+	if req.Amount < 0 {
+		return "", fmt.Errorf("hold for %s: negative amount %s", req.RequestID, req.Amount)
+	}
+	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpHold, Hold: h})
+	if err != nil {
+		return "", fmt.Errorf("hold for %s: %w", req.RequestID, err)
+	}
+	switch op.Outcome {
+	case tollgate.HoldOK:
+		b.holds.Add(1)
+		b.accounts.Store(h.ID, h.AccountID)
+		return h.ID, nil
+	case tollgate.HoldInsufficient:
+		b.refused.Add(1)
+		return "", &tollgate.Error{Code: tollgate.CodeInsufficientBalance, Message: fmt.Sprintf(
+			"this request needs a hold of %s USD and the account has %s USD free; add credit, or lower max_tokens to reserve less",
+			req.Amount, max(op.Free, 0))}
+	case tollgate.HoldKeyLimit:
+		b.refused.Add(1)
+		return "", &tollgate.Error{Code: tollgate.CodeKeyLimitReached, Message: fmt.Sprintf(
+			"this request needs a hold of %s USD and this API key's spend limit leaves %s USD",
+			req.Amount, op.Free)}
+	case tollgate.HoldRateLimited:
+		b.refused.Add(1)
+		wait := int(op.RetryAt.Sub(now).Seconds() + 0.999)
+		return "", &tollgate.Error{Code: tollgate.CodeRateLimitExceeded, RetryAfter: max(wait, 1), Message: fmt.Sprintf(
+			"this API key's requests-per-minute or tokens-per-minute limit is reached; retry after %d s", max(wait, 1))}
+	case tollgate.HoldNoAccount:
+		b.refused.Add(1)
+		return "", &tollgate.Error{Code: tollgate.CodeInvalidAPIKey, Message: "the API key or its account no longer exists"}
+	}
+	return "", fmt.Errorf("hold for %s: unknown outcome %d", req.RequestID, op.Outcome)
+}
+
+// Settle charges c.Cost and frees the rest of the hold, with the ledger row,
+// in one transaction, and returns what was charged. It is idempotent by hold
+// id: settling a settled hold returns the first charge and changes nothing.
+// When the backend reported more than the hold and the free balance cover,
+// the balance goes to zero and no further; the rest is recorded as
+// uncollected in the ledger row, logged and counted (docs/billing.md).
+func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (tollgate.Amount, error) {
+	if c.Cost < 0 {
+		return 0, fmt.Errorf("settle %s: negative cost %s", holdID, c.Cost)
+	}
+	if c.Time.IsZero() {
+		c.Time = b.opts.Now()
+	}
+	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c})
+	if err != nil {
+		return 0, fmt.Errorf("settle %s: %w", holdID, err)
+	}
+	b.accounts.Delete(holdID)
+	if op.Replayed {
+		return op.Charged, nil
+	}
+	b.settled.Add(1)
+	if op.Uncollected > 0 {
+		b.uncollected.Add(1)
+		b.uncollectedAmt.Add(int64(op.Uncollected))
+		b.log.Warn("charge exceeded what the account could pay", "request_id", c.RequestID, "account", c.AccountID,
+			"cost", c.Cost.String(), "charged", op.Charged.String(), "uncollected", op.Uncollected.String())
+	}
+	return op.Charged, nil
+}
+
+// Release frees a hold without a charge. Releasing a hold that is gone
+// (released, settled or swept) does nothing.
+func (b *Biller) Release(ctx context.Context, holdID string) error {
+	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
+	if acct, ok := b.accounts.Load(holdID); ok {
+		op.Hold.AccountID = acct.(string)
+	}
+	op, err := b.do(op)
+	if err != nil {
+		return fmt.Errorf("release %s: %w", holdID, err)
+	}
+	b.accounts.Delete(holdID)
+	if !op.Replayed {
+		b.released.Add(1)
+	}
+	return nil
+}
+
+// Run renews this instance's leases and sweeps expired holds (of any
+// instance) until ctx ends.
+func (b *Biller) Run(ctx context.Context) error {
+	renew := time.NewTicker(b.opts.Renew)
+	defer renew.Stop()
+	sweep := time.NewTicker(b.opts.Sweep)
+	defer sweep.Stop()
+	b.SweepOnce(ctx) // holds left by an earlier run of a dead process
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-renew.C:
+			if err := b.RenewOnce(ctx); err != nil && ctx.Err() == nil {
+				b.log.Error("renew hold leases", "err", err)
+			}
+		case <-sweep.C:
+			b.SweepOnce(ctx)
+		}
+	}
+}
+
+// RenewOnce extends the leases of this instance's holds by one Lease.
+func (b *Biller) RenewOnce(ctx context.Context) error {
+	now := b.opts.Now()
+	_, err := b.st.RenewHolds(ctx, b.opts.Instance, now.Add(b.opts.Lease), now.Add(-b.opts.MaxAge))
+	return err
+}
+
+// SweepOnce releases every hold whose lease has ended and returns how many.
+func (b *Biller) SweepOnce(ctx context.Context) int {
+	const limit = 500
+	n := 0
+	for {
+		hs, err := b.st.SweepHolds(ctx, b.opts.Now(), limit)
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.Error("sweep expired holds", "err", err)
+			}
+			return n
+		}
+		for _, h := range hs {
+			b.log.Warn("released an expired hold", "hold", h.ID, "request_id", h.RequestID, "account", h.AccountID,
+				"owner", h.Owner, "amount", h.Amount.String())
+		}
+		n += len(hs)
+		b.swept.Add(int64(len(hs)))
+		if len(hs) < limit {
+			return n
+		}
+	}
+}

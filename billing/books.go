@@ -1,0 +1,198 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// BooksStore is what the operator's tools (CLI and admin API) read and write.
+type BooksStore interface {
+	// PostEntry records a credit or a debit and changes the balance, atomically.
+	PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error
+	Balance(ctx context.Context, accountID string) (tollgate.Balance, error)
+	// Ledger calls fn for each entry matching f, oldest first.
+	Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollgate.LedgerEntry) error) error
+	// Audit returns stored totals beside the ledger's and the holds' sums.
+	Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.AccountAudit, []tollgate.KeyAudit, error)
+}
+
+// Post records an operator's credit (kind credit) or debit (kind debit) of
+// amount (> 0) with a note, and returns the ledger entry.
+func Post(ctx context.Context, st BooksStore, kind tollgate.LedgerKind, accountID string, amount tollgate.Amount, note string, now time.Time) (tollgate.LedgerEntry, error) {
+	if amount <= 0 {
+		return tollgate.LedgerEntry{}, tollgate.Errorf(tollgate.CodeInvalidRequest, "the amount must be positive, got %s", amount)
+	}
+	e := tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: kind, AccountID: accountID, Amount: amount, Note: note,
+		Time: now.UTC().Truncate(time.Microsecond)}
+	if err := st.PostEntry(ctx, &e); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// UsageRow is one group of a usage report.
+type UsageRow struct {
+	Account          string          `json:"account,omitzero"`
+	Key              string          `json:"key,omitzero"`
+	Model            string          `json:"model,omitzero"`
+	Backend          string          `json:"backend,omitzero"`
+	Period           string          `json:"period,omitzero"`
+	Requests         int64           `json:"requests"`
+	PromptTokens     int64           `json:"prompt_tokens"`
+	CompletionTokens int64           `json:"completion_tokens"`
+	CachedTokens     int64           `json:"cached_tokens"`
+	ReasoningTokens  int64           `json:"reasoning_tokens"`
+	Estimated        int64           `json:"estimated"` // requests whose tokens were counted locally
+	Cost             tollgate.Amount `json:"cost"`      // charged
+	Uncollected      tollgate.Amount `json:"uncollected"`
+}
+
+// UsageGroups are the dimensions a usage report can group by.
+var UsageGroups = []string{"account", "key", "model", "backend"}
+
+// UsagePeriods are the time buckets a usage report can group by (UTC).
+var UsagePeriods = []string{"hour", "day", "month"}
+
+// Usage sums the charges matching f, grouped by the named dimensions
+// (UsageGroups) and, when period is not "", by period (UsagePeriods).
+// Rows come sorted by their group values.
+func Usage(ctx context.Context, st BooksStore, f tollgate.UsageFilter, groupBy []string, period string) ([]UsageRow, error) {
+	for _, g := range groupBy {
+		if !slices.Contains(UsageGroups, g) {
+			return nil, tollgate.Errorf(tollgate.CodeInvalidRequest, "cannot group by %q (want %s)", g, strings.Join(UsageGroups, ", "))
+		}
+	}
+	if period != "" && !slices.Contains(UsagePeriods, period) {
+		return nil, tollgate.Errorf(tollgate.CodeInvalidRequest, "period %q: want %s", period, strings.Join(UsagePeriods, ", "))
+	}
+	has := func(g string) bool { return slices.Contains(groupBy, g) }
+	groups := map[UsageRow]*UsageRow{}
+	err := st.Ledger(ctx, f, func(e tollgate.LedgerEntry) error {
+		if e.Kind != tollgate.LedgerCharge || e.Charge == nil {
+			return nil
+		}
+		c := e.Charge
+		var k UsageRow
+		if has("account") {
+			k.Account = e.AccountID
+		}
+		if has("key") {
+			k.Key = c.KeyID
+		}
+		if has("model") {
+			k.Model = c.Model
+		}
+		if has("backend") {
+			k.Backend = string(c.Class)
+		}
+		switch period {
+		case "hour":
+			k.Period = e.Time.UTC().Format("2006-01-02T15:00Z")
+		case "day":
+			k.Period = e.Time.UTC().Format("2006-01-02")
+		case "month":
+			k.Period = e.Time.UTC().Format("2006-01")
+		}
+		r := groups[k]
+		if r == nil {
+			r = &UsageRow{Account: k.Account, Key: k.Key, Model: k.Model, Backend: k.Backend, Period: k.Period}
+			groups[k] = r
+		}
+		r.Requests++
+		r.PromptTokens += c.PromptTokens
+		r.CompletionTokens += c.CompletionTokens
+		r.CachedTokens += c.CachedTokens
+		r.ReasoningTokens += c.ReasoningTokens
+		if c.Estimated {
+			r.Estimated++
+		}
+		var err error
+		if r.Cost, err = r.Cost.Add(-e.Amount); err != nil {
+			return err
+		}
+		if r.Uncollected, err = r.Uncollected.Add(e.Uncollected); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]UsageRow, 0, len(groups))
+	for _, r := range groups {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b UsageRow) int {
+		for _, p := range [][2]string{{a.Period, b.Period}, {a.Account, b.Account}, {a.Key, b.Key}, {a.Model, b.Model}, {a.Backend, b.Backend}} {
+			if c := strings.Compare(p[0], p[1]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// AuditReport is the result of checking the books.
+type AuditReport struct {
+	Time     time.Time               `json:"time"`
+	OK       bool                    `json:"ok"`
+	Accounts int                     `json:"accounts"`
+	Keys     int                     `json:"keys"`
+	Balance  tollgate.Amount         `json:"balance"` // sum of all balances
+	Held     tollgate.Amount         `json:"held"`
+	Problems []string                `json:"problems"`
+	Details  []tollgate.AccountAudit `json:"details,omitzero"`
+}
+
+// Audit checks, for every account, that balance = opening + credits −
+// debits − charges (the sum of its ledger), that what is held is the sum of
+// its holds and within the balance, and that no hold's lease ended more than
+// grace ago (a hold the sweeper should have released: orphaned); and for
+// every key, that its spent and held totals match the ledger and the holds.
+func Audit(ctx context.Context, st BooksStore, now time.Time, grace time.Duration) (AuditReport, error) {
+	r := AuditReport{Time: now.UTC(), Problems: []string{}}
+	accts, keys, err := st.Audit(ctx, now.Add(-grace))
+	if err != nil {
+		return r, err
+	}
+	r.Accounts, r.Keys, r.Details = len(accts), len(keys), accts
+	bad := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
+	for _, a := range accts {
+		r.Balance += a.Balance
+		r.Held += a.Held
+		sum := a.Opening + a.Credits - a.Debits - a.Charges
+		if a.Balance != sum {
+			bad("account %s: balance %s != opening %s + credits %s - debits %s - charges %s = %s",
+				a.AccountID, a.Balance, a.Opening, a.Credits, a.Debits, a.Charges, sum)
+		}
+		if a.Balance < 0 {
+			bad("account %s: balance %s is below zero", a.AccountID, a.Balance)
+		}
+		if a.Held != a.HoldsSum {
+			bad("account %s: held %s != sum of its %d holds %s", a.AccountID, a.Held, a.ActiveHolds, a.HoldsSum)
+		}
+		if a.Held > a.Balance {
+			bad("account %s: held %s exceeds the balance %s", a.AccountID, a.Held, a.Balance)
+		}
+		if a.ExpiredHolds > 0 {
+			bad("account %s: %d holds whose lease ended more than %s ago (orphaned: is the sweeper running?)",
+				a.AccountID, a.ExpiredHolds, grace)
+		}
+	}
+	for _, k := range keys {
+		if k.Spent != k.Charges {
+			bad("key %s: spent %s != sum of its charges %s", k.KeyID, k.Spent, k.Charges)
+		}
+		if k.Held != k.HoldsSum {
+			bad("key %s: held %s != sum of its holds %s", k.KeyID, k.Held, k.HoldsSum)
+		}
+	}
+	r.OK = len(r.Problems) == 0
+	return r, nil
+}

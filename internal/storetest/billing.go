@@ -1,0 +1,418 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+)
+
+// BillingStore is what a store must offer for billing (both stores do).
+type BillingStore interface {
+	tollgate.Store
+	billing.Store
+	billing.BooksStore
+	Holds(ctx context.Context, accountID string) ([]tollgate.Hold, error)
+	LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry, error)
+}
+
+// runBilling runs the billing part of the suite.
+func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s BillingStore)
+	}{
+		{"OpeningEntry", testBillingOpening},
+		{"HoldSettle", testBillingHoldSettle},
+		{"Insufficient", testBillingInsufficient},
+		{"Excess", testBillingExcess},
+		{"Release", testBillingRelease},
+		{"KeyLimit", testBillingKeyLimit},
+		{"RateLimit", testBillingRateLimit},
+		{"LeaseSweep", testBillingLeaseSweep},
+		{"LateSettle", testBillingLateSettle},
+		{"CreditDebit", testBillingCreditDebit},
+		{"ConcurrentHolds", testBillingConcurrentHolds},
+	}
+	for _, tc := range tests {
+		t.Run("Billing"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, ok := open(t).(BillingStore)
+			if !ok {
+				t.Fatal("the store does not implement the billing methods")
+			}
+			tc.fn(t, s)
+		})
+	}
+}
+
+func fundedKey(t *testing.T, s BillingStore, balance tollgate.Amount, mod func(*tollgate.Key)) (tollgate.Account, tollgate.Key) {
+	t.Helper()
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "billing", Created: t0, Balance: balance}
+	if err := s.CreateAccount(ctx(t), a); err != nil {
+		t.Fatalf("CreateAccount: %v", err)
+	}
+	k, _ := newKey(t, s, a.ID, mod)
+	return a, k
+}
+
+func holdOp(a tollgate.Account, k tollgate.Key, amount tollgate.Amount, now time.Time) *tollgate.BillingOp {
+	return &tollgate.BillingOp{Kind: tollgate.OpHold, Hold: tollgate.Hold{
+		ID: tollgate.NewID("hold_"), RequestID: tollgate.NewID("req_"), AccountID: a.ID, KeyID: k.ID, Model: "m",
+		Class: tollgate.ClassNetwork, Amount: amount, Tokens: 1000, Minute: now.Unix() / 60, Owner: "inst_test",
+		Created: now, Expires: now.Add(time.Minute),
+	}}
+}
+
+func settleOp(h *tollgate.BillingOp, cost tollgate.Amount, now time.Time) *tollgate.BillingOp {
+	return &tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: h.Hold.ID, Charge: tollgate.Charge{
+		RequestID: h.Hold.RequestID, AccountID: h.Hold.AccountID, KeyID: h.Hold.KeyID, Model: "m", Class: tollgate.ClassNetwork,
+		Node: "gpu-1", PromptTokens: 100, CompletionTokens: 20, CachedTokens: 7, ReasoningTokens: 5,
+		Prices: tollgate.Prices{Input: tollgate.MustParseRate("0.3"), Output: tollgate.MustParseRate("1.2")},
+		Cost:   cost, Estimated: true, Time: now,
+	}}
+}
+
+func apply(t *testing.T, s BillingStore, ops ...*tollgate.BillingOp) {
+	t.Helper()
+	if err := s.ApplyBilling(ctx(t), ops); err != nil {
+		t.Fatalf("ApplyBilling: %v", err)
+	}
+}
+
+func wantBalance(t *testing.T, s BillingStore, acct string, balance, held tollgate.Amount) {
+	t.Helper()
+	b, err := s.Balance(ctx(t), acct)
+	if err != nil {
+		t.Fatalf("Balance: %v", err)
+	}
+	if b.Balance != balance || b.Held != held || b.Free != balance-held {
+		t.Errorf("balance/held/free = %s/%s/%s, want %s/%s/%s", b.Balance, b.Held, b.Free, balance, held, balance-held)
+	}
+}
+
+func auditClean(t *testing.T, s BillingStore, now time.Time) billing.AuditReport {
+	t.Helper()
+	r, err := billing.Audit(ctx(t), s, now, time.Second)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	if !r.OK {
+		t.Errorf("audit found problems: %v", r.Problems)
+	}
+	return r
+}
+
+var usd = tollgate.MustParseAmount
+
+func testBillingOpening(t *testing.T, s BillingStore) {
+	a, _ := fundedKey(t, s, usd("5.5"), nil)
+	var entries []tollgate.LedgerEntry
+	if err := s.Ledger(ctx(t), tollgate.UsageFilter{AccountID: a.ID}, func(e tollgate.LedgerEntry) error {
+		entries = append(entries, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Kind != tollgate.LedgerOpening || entries[0].Amount != usd("5.5") {
+		t.Fatalf("ledger of a new account = %+v, want one opening entry of 5.5", entries)
+	}
+	// An account created without money has no entry.
+	z := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "zero", Created: t0}
+	if err := s.CreateAccount(ctx(t), z); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	_ = s.Ledger(ctx(t), tollgate.UsageFilter{AccountID: z.ID}, func(tollgate.LedgerEntry) error { n++; return nil })
+	if n != 0 {
+		t.Errorf("a zero-balance account has %d ledger entries", n)
+	}
+	auditClean(t, s, t0)
+}
+
+func testBillingHoldSettle(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	h := holdOp(a, k, usd("0.25"), t0)
+	apply(t, s, h)
+	if h.Outcome != tollgate.HoldOK {
+		t.Fatalf("hold outcome = %d, want OK", h.Outcome)
+	}
+	wantBalance(t, s, a.ID, usd("1"), usd("0.25"))
+	hs, err := s.Holds(ctx(t), a.ID)
+	if err != nil || len(hs) != 1 || hs[0].ID != h.Hold.ID || hs[0].Amount != usd("0.25") || hs[0].Owner != "inst_test" {
+		t.Fatalf("Holds = %+v, %v", hs, err)
+	}
+	st := settleOp(h, usd("0.000123456789"), t0.Add(time.Second))
+	apply(t, s, st)
+	if st.Charged != usd("0.000123456789") || st.Uncollected != 0 || st.Replayed {
+		t.Fatalf("settle: charged %s uncollected %s replayed %t", st.Charged, st.Uncollected, st.Replayed)
+	}
+	wantBalance(t, s, a.ID, usd("0.999876543211"), 0)
+	e, err := s.LedgerEntry(ctx(t), h.Hold.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Charge
+	if e.Kind != tollgate.LedgerCharge || e.Amount != -usd("0.000123456789") || e.HoldID != h.Hold.ID || c == nil ||
+		c.KeyID != k.ID || c.Model != "m" || c.Class != tollgate.ClassNetwork || c.Node != "gpu-1" ||
+		c.PromptTokens != 100 || c.CompletionTokens != 20 || c.CachedTokens != 7 || c.ReasoningTokens != 5 ||
+		c.Prices.Input != tollgate.MustParseRate("0.3") || c.Prices.Output != tollgate.MustParseRate("1.2") ||
+		c.Cost != usd("0.000123456789") || !c.Estimated || !e.Time.Equal(t0.Add(time.Second).Truncate(time.Microsecond)) {
+		t.Errorf("ledger row = %+v charge %+v", e, c)
+	}
+	// A retried settle charges nothing more and returns the first charge.
+	again := settleOp(h, usd("0.5"), t0.Add(2*time.Second))
+	apply(t, s, again)
+	if !again.Replayed || again.Charged != usd("0.000123456789") {
+		t.Errorf("second settle: replayed %t charged %s", again.Replayed, again.Charged)
+	}
+	wantBalance(t, s, a.ID, usd("0.999876543211"), 0)
+	auditClean(t, s, t0)
+}
+
+func testBillingInsufficient(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	h1 := holdOp(a, k, usd("0.6"), t0)
+	h2 := holdOp(a, k, usd("0.6"), t0)
+	apply(t, s, h1, h2)
+	if h1.Outcome != tollgate.HoldOK || h2.Outcome != tollgate.HoldInsufficient || h2.Free != usd("0.4") {
+		t.Fatalf("outcomes %d, %d (free %s); want OK, insufficient with 0.4 free", h1.Outcome, h2.Outcome, h2.Free)
+	}
+	wantBalance(t, s, a.ID, usd("1"), usd("0.6"))
+	exact := holdOp(a, k, usd("0.4"), t0)
+	apply(t, s, exact)
+	if exact.Outcome != tollgate.HoldOK {
+		t.Errorf("a hold of exactly the free balance: outcome %d", exact.Outcome)
+	}
+	none := holdOp(tollgate.Account{ID: "acct_nope"}, k, 1, t0)
+	apply(t, s, none)
+	if none.Outcome != tollgate.HoldNoAccount {
+		t.Errorf("hold on a missing account: outcome %d", none.Outcome)
+	}
+	auditClean(t, s, t0)
+}
+
+// A backend reporting more than the hold: the excess is charged from the
+// free balance, never from other holds, never below zero.
+func testBillingExcess(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	h1 := holdOp(a, k, usd("0.3"), t0)
+	h2 := holdOp(a, k, usd("0.5"), t0)
+	apply(t, s, h1, h2)
+	// Free is 0.2: h1 may take its 0.3 plus 0.2, not h2's 0.5.
+	st := settleOp(h1, usd("0.7"), t0)
+	apply(t, s, st)
+	if st.Charged != usd("0.5") || st.Uncollected != usd("0.2") {
+		t.Fatalf("charged %s uncollected %s, want 0.5 and 0.2", st.Charged, st.Uncollected)
+	}
+	wantBalance(t, s, a.ID, usd("0.5"), usd("0.5"))
+	st2 := settleOp(h2, usd("9"), t0)
+	apply(t, s, st2)
+	if st2.Charged != usd("0.5") || st2.Uncollected != usd("8.5") {
+		t.Fatalf("charged %s uncollected %s, want 0.5 and 8.5", st2.Charged, st2.Uncollected)
+	}
+	wantBalance(t, s, a.ID, 0, 0)
+	e, err := s.LedgerEntry(ctx(t), h2.Hold.RequestID)
+	if err != nil || e.Uncollected != usd("8.5") || e.Charge.Cost != usd("9") || e.Amount != -usd("0.5") {
+		t.Errorf("ledger row %+v, %v", e, err)
+	}
+	auditClean(t, s, t0)
+}
+
+func testBillingRelease(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), func(k *tollgate.Key) { k.TPM = 1_000_000 })
+	h := holdOp(a, k, usd("0.9"), t0)
+	apply(t, s, h)
+	rel := &tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: h.Hold.ID}
+	apply(t, s, rel)
+	if rel.Replayed {
+		t.Error("first release reported as replayed")
+	}
+	wantBalance(t, s, a.ID, usd("1"), 0)
+	again := &tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: h.Hold.ID}
+	apply(t, s, again)
+	if !again.Replayed {
+		t.Error("second release not reported as replayed")
+	}
+	wantBalance(t, s, a.ID, usd("1"), 0)
+	if hs, _ := s.Holds(ctx(t), a.ID); len(hs) != 0 {
+		t.Errorf("holds after release: %+v", hs)
+	}
+	auditClean(t, s, t0)
+}
+
+func testBillingKeyLimit(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("10"), func(k *tollgate.Key) { k.SpendLimit = usd("1") })
+	keys, err := s.Keys(ctx(t), a.ID)
+	if err != nil || len(keys) != 1 || keys[0].SpendLimit != usd("1") {
+		t.Fatalf("Keys = %+v, %v; want the spend limit stored", keys, err)
+	}
+	h1 := holdOp(a, k, usd("0.7"), t0)
+	h2 := holdOp(a, k, usd("0.4"), t0)
+	apply(t, s, h1, h2)
+	if h1.Outcome != tollgate.HoldOK || h2.Outcome != tollgate.HoldKeyLimit || h2.Free != usd("0.3") {
+		t.Fatalf("outcomes %d, %d (left %s); want OK, key limit with 0.3 left", h1.Outcome, h2.Outcome, h2.Free)
+	}
+	apply(t, s, settleOp(h1, usd("0.6"), t0))
+	h3 := holdOp(a, k, usd("0.4"), t0)
+	h4 := holdOp(a, k, usd("0.01"), t0)
+	apply(t, s, h3, h4)
+	if h3.Outcome != tollgate.HoldOK || h4.Outcome != tollgate.HoldKeyLimit || h4.Free != 0 {
+		t.Errorf("after spending 0.6 of 1: outcomes %d, %d (left %s)", h3.Outcome, h4.Outcome, h4.Free)
+	}
+	wantBalance(t, s, a.ID, usd("9.4"), usd("0.4"))
+	auditClean(t, s, t0)
+}
+
+func testBillingRateLimit(t *testing.T, s BillingStore) {
+	now := time.Date(2025, 3, 14, 15, 9, 10, 0, time.UTC)
+	a, k := fundedKey(t, s, usd("10"), func(k *tollgate.Key) { k.RPM = 2 })
+	ops := []*tollgate.BillingOp{holdOp(a, k, 1, now), holdOp(a, k, 1, now), holdOp(a, k, 1, now)}
+	apply(t, s, ops...)
+	if ops[0].Outcome != tollgate.HoldOK || ops[1].Outcome != tollgate.HoldOK || ops[2].Outcome != tollgate.HoldRateLimited {
+		t.Fatalf("rpm 2: outcomes %d %d %d", ops[0].Outcome, ops[1].Outcome, ops[2].Outcome)
+	}
+	if want := time.Date(2025, 3, 14, 15, 10, 0, 0, time.UTC); !ops[2].RetryAt.Equal(want) {
+		t.Errorf("RetryAt = %v, want the next minute %v", ops[2].RetryAt, want)
+	}
+	// A release frees tokens, not requests: the request was made.
+	apply(t, s, &tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: ops[0].Hold.ID})
+	again := holdOp(a, k, 1, now)
+	next := holdOp(a, k, 1, now.Add(time.Minute))
+	apply(t, s, again, next)
+	if again.Outcome != tollgate.HoldRateLimited || next.Outcome != tollgate.HoldOK {
+		t.Errorf("same minute after a release: %d (want rate limited); next minute: %d (want OK)", again.Outcome, next.Outcome)
+	}
+
+	// Tokens per minute: the bound counts while in flight, the actual tokens after.
+	a2, k2 := fundedKey(t, s, usd("10"), func(k *tollgate.Key) { k.TPM = 1500 })
+	t1 := holdOp(a2, k2, 1, now) // 1000 tokens
+	t2 := holdOp(a2, k2, 1, now) // 2000 < 1500? no: admitted while the window is below the limit
+	t3 := holdOp(a2, k2, 1, now)
+	apply(t, s, t1, t2, t3)
+	if t1.Outcome != tollgate.HoldOK || t2.Outcome != tollgate.HoldOK || t3.Outcome != tollgate.HoldRateLimited {
+		t.Fatalf("tpm 1500 with bounds of 1000: outcomes %d %d %d", t1.Outcome, t2.Outcome, t3.Outcome)
+	}
+	// Settling both at 120 tokens each brings the window to 240: room again.
+	apply(t, s, settleOp(t1, 1, now), settleOp(t2, 1, now))
+	t4 := holdOp(a2, k2, 1, now)
+	apply(t, s, t4)
+	if t4.Outcome != tollgate.HoldOK {
+		t.Errorf("after settling below the bound: outcome %d, want OK", t4.Outcome)
+	}
+	auditClean(t, s, now)
+}
+
+func testBillingLeaseSweep(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	mine := holdOp(a, k, usd("0.1"), t0)
+	other := holdOp(a, k, usd("0.2"), t0)
+	other.Hold.Owner = "inst_dead"
+	apply(t, s, mine, other)
+	n, err := s.RenewHolds(ctx(t), "inst_test", t0.Add(10*time.Minute), t0.Add(-time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("RenewHolds = %d, %v; want 1", n, err)
+	}
+	// Holds older than createdAfter are not renewed.
+	if n, _ := s.RenewHolds(ctx(t), "inst_test", t0.Add(20*time.Minute), t0.Add(time.Second)); n != 0 {
+		t.Errorf("RenewHolds renewed %d holds created before createdAfter", n)
+	}
+	// The audit sees the dead instance's expired hold as orphaned.
+	r, err := billing.Audit(ctx(t), s, t0.Add(5*time.Minute), time.Second)
+	if err != nil || r.OK {
+		t.Errorf("audit with an expired hold: ok=%t %v (problems %v)", r.OK, err, r.Problems)
+	}
+	swept, err := s.SweepHolds(ctx(t), t0.Add(5*time.Minute), 100)
+	if err != nil || len(swept) != 1 || swept[0].ID != other.Hold.ID {
+		t.Fatalf("SweepHolds = %+v, %v; want the dead instance's hold alone", swept, err)
+	}
+	wantBalance(t, s, a.ID, usd("1"), usd("0.1"))
+	if again, _ := s.SweepHolds(ctx(t), t0.Add(5*time.Minute), 100); len(again) != 0 {
+		t.Errorf("second sweep released %d holds", len(again))
+	}
+	auditClean(t, s, t0.Add(5*time.Minute))
+}
+
+// A settle after the sweeper released the hold (the lease ran out) still
+// charges the request, from the free balance only.
+func testBillingLateSettle(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	h := holdOp(a, k, usd("0.5"), t0)
+	other := holdOp(a, k, usd("0.8"), t0)
+	apply(t, s, h)
+	if _, err := s.SweepHolds(ctx(t), t0.Add(time.Hour), 10); err != nil {
+		t.Fatal(err)
+	}
+	other.Hold.Expires = t0.Add(2 * time.Hour)
+	apply(t, s, other)
+	st := settleOp(h, usd("0.3"), t0)
+	apply(t, s, st)
+	if st.Charged != usd("0.2") || st.Uncollected != usd("0.1") {
+		t.Errorf("late settle: charged %s uncollected %s; want 0.2 (the free balance) and 0.1", st.Charged, st.Uncollected)
+	}
+	wantBalance(t, s, a.ID, usd("0.8"), usd("0.8"))
+	auditClean(t, s, t0)
+}
+
+func testBillingCreditDebit(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	now := t0.Add(time.Minute)
+	e, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("2.5"), "top-up", now)
+	if err != nil || e.Amount != usd("2.5") || e.Seq == 0 {
+		t.Fatalf("credit: %+v, %v", e, err)
+	}
+	apply(t, s, holdOp(a, k, usd("3"), now))
+	// Free is 0.5: a debit of 0.6 would leave the hold uncovered.
+	_, err = billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.6"), "refund", now)
+	if tollgate.ErrorCode(err) != tollgate.CodeInsufficientBalance {
+		t.Fatalf("debit beyond the free balance: %v, want insufficient_balance", err)
+	}
+	e, err = billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.5"), "refund", now)
+	if err != nil || e.Amount != -usd("0.5") {
+		t.Fatalf("debit: %+v, %v", e, err)
+	}
+	wantBalance(t, s, a.ID, usd("3"), usd("3"))
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, "acct_nope", 1, "", now); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("credit of a missing account: %v, want ErrNotFound", err)
+	}
+	r := auditClean(t, s, now)
+	if len(r.Details) != 1 || r.Details[0].Opening != usd("1") || r.Details[0].Credits != usd("2.5") || r.Details[0].Debits != usd("0.5") {
+		t.Errorf("audit details = %+v", r.Details)
+	}
+}
+
+// Many writers at once against an account that affords exactly n holds:
+// exactly n succeed, whichever connection or process they come from.
+func testBillingConcurrentHolds(t *testing.T, s BillingStore) {
+	const n, tries = 7, 40
+	a, k := fundedKey(t, s, usd("0.7"), nil)
+	var wg sync.WaitGroup
+	results := make([]*tollgate.BillingOp, tries)
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := holdOp(a, k, usd("0.1"), t0)
+			if err := s.ApplyBilling(context.Background(), []*tollgate.BillingOp{op}); err != nil {
+				t.Errorf("ApplyBilling: %v", err)
+			}
+			results[i] = op
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, op := range results {
+		if op.Outcome == tollgate.HoldOK {
+			ok++
+		}
+	}
+	if ok != n {
+		t.Errorf("%d holds placed, want exactly %d", ok, n)
+	}
+	wantBalance(t, s, a.ID, usd("0.7"), usd("0.7"))
+	auditClean(t, s, t0)
+}

@@ -1,0 +1,160 @@
+package tollgate
+
+import "time"
+
+// The books: holds, the ledger and what the operator reads from them. The
+// billing package implements Biller on top of these; the store packages keep
+// them (docs/billing.md describes the model).
+
+// LedgerKind says what moved an account's balance.
+type LedgerKind string
+
+const (
+	// LedgerOpening is the balance an account was created with.
+	LedgerOpening LedgerKind = "opening"
+	// LedgerCredit is an operator's top-up.
+	LedgerCredit LedgerKind = "credit"
+	// LedgerDebit is an operator's deduction.
+	LedgerDebit LedgerKind = "debit"
+	// LedgerCharge is the settled cost of one request.
+	LedgerCharge LedgerKind = "charge"
+)
+
+// ValidLedgerKind reports whether k is one of the four kinds.
+func ValidLedgerKind(k LedgerKind) bool {
+	switch k {
+	case LedgerOpening, LedgerCredit, LedgerDebit, LedgerCharge:
+		return true
+	}
+	return false
+}
+
+// LedgerEntry is one row of the ledger. Amount is the signed change of the
+// balance (+ for opening and credit, − for debit and charge), so an
+// account's balance is always the sum of its entries' Amount.
+type LedgerEntry struct {
+	Seq       int64      `json:"seq"` // order of entry, assigned by the store
+	ID        string     `json:"id"`  // the request id for a charge, "le_..." otherwise
+	Kind      LedgerKind `json:"kind"`
+	AccountID string     `json:"account_id"`
+	Amount    Amount     `json:"amount"`
+	Note      string     `json:"note,omitzero"`
+	Time      time.Time  `json:"time"`
+	// For a charge: the request, its hold and what it cost. Charge.Cost is
+	// the cost at the backend's rates; Amount is −(Cost − Uncollected).
+	Charge      *Charge `json:"charge,omitzero"`
+	HoldID      string  `json:"hold_id,omitzero"`
+	Uncollected Amount  `json:"uncollected,omitzero"`
+}
+
+// Hold is balance reserved for one request in flight. It belongs to the
+// instance (Owner) that runs the request, which renews its lease (Expires)
+// while it lives; a sweeper releases holds whose lease ended.
+type Hold struct {
+	ID        string
+	RequestID string
+	AccountID string
+	KeyID     string
+	Model     string
+	Class     BackendClass
+	Amount    Amount
+	// Tokens is the token bound counted against the key's tokens-per-minute
+	// window; Minute is that window (unix time / 60). The store counts the
+	// hold in the window only when the key has a rate limit.
+	Tokens  int64
+	Minute  int64
+	Owner   string
+	Created time.Time
+	Expires time.Time
+}
+
+// BillingOpKind is the kind of one operation in a billing batch.
+type BillingOpKind uint8
+
+const (
+	OpHold BillingOpKind = iota + 1
+	OpSettle
+	OpRelease
+)
+
+// HoldOutcome is why a hold was refused (or HoldOK).
+type HoldOutcome uint8
+
+const (
+	HoldOK HoldOutcome = iota
+	HoldInsufficient
+	HoldKeyLimit
+	HoldRateLimited
+	HoldNoAccount
+)
+
+// BillingOp is one hold, settle or release. A store applies a batch of them
+// in order in one transaction, each as if alone, and fills in the results.
+type BillingOp struct {
+	Kind BillingOpKind
+	// OpHold: the hold to place (ID, Owner, Created and Expires set by the
+	// caller) and the key's limits as of now are read by the store.
+	Hold Hold
+	// OpSettle and OpRelease: the hold.
+	HoldID string
+	// OpSettle: the charge; Charge.Cost is what the request cost.
+	Charge Charge
+
+	// Results.
+	Outcome HoldOutcome
+	// Free is the account's free balance when Outcome is HoldInsufficient;
+	// the key's remaining spend when HoldKeyLimit.
+	Free Amount
+	// RetryAt is when the key's rate window frees up (HoldRateLimited).
+	RetryAt time.Time
+	// Charged and Uncollected (OpSettle): what was taken from the balance
+	// and what could not be (the backend reported more than the hold and
+	// the free balance covered). Charged + Uncollected = Charge.Cost.
+	Charged     Amount
+	Uncollected Amount
+	// Replayed (OpSettle, OpRelease): the hold was already settled or
+	// released; nothing changed, Charged is the earlier charge.
+	Replayed bool
+}
+
+// Balance is an account's money as the books see it.
+type Balance struct {
+	AccountID string `json:"account_id"`
+	Balance   Amount `json:"balance"` // settled
+	Held      Amount `json:"held"`    // sum of active holds
+	Free      Amount `json:"free"`    // Balance − Held: what new holds may take
+}
+
+// AccountAudit is what the ledger and the holds say about one account.
+type AccountAudit struct {
+	AccountID    string `json:"account_id"`
+	Balance      Amount `json:"balance"`
+	Held         Amount `json:"held"`
+	Opening      Amount `json:"opening"`
+	Credits      Amount `json:"credits"`
+	Debits       Amount `json:"debits"`  // positive: the sum of debit amounts taken
+	Charges      Amount `json:"charges"` // positive: the sum charged
+	HoldsSum     Amount `json:"holds_sum"`
+	ActiveHolds  int64  `json:"active_holds"`
+	ExpiredHolds int64  `json:"expired_holds"` // active holds whose lease ended before the audit's cut-off
+	Uncollected  Amount `json:"uncollected"`
+}
+
+// KeyAudit is what the ledger and the holds say about one key.
+type KeyAudit struct {
+	KeyID    string `json:"key_id"`
+	Spent    Amount `json:"spent"`
+	Held     Amount `json:"held"`
+	Charges  Amount `json:"charges"`
+	HoldsSum Amount `json:"holds_sum"`
+}
+
+// UsageFilter selects charges for a usage report.
+type UsageFilter struct {
+	AccountID string
+	KeyID     string
+	Model     string
+	Class     BackendClass
+	Since     time.Time // inclusive; zero: from the start
+	Until     time.Time // exclusive; zero: up to now
+}

@@ -1,0 +1,413 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+)
+
+// The billing store: holds, the ledger and key rate windows (migration
+// 0002_billing, docs/billing.md). The three operations are PL/pgSQL functions
+// (tollgate_hold, tollgate_settle, tollgate_release) that lock the account
+// row (SELECT ... FOR UPDATE) before checking it, so no two instances can
+// both spend the same free balance; a batch of them goes to the server in
+// one round trip and commits once.
+
+const (
+	deadlockDetected     = "40P01"
+	serializationFailure = "40001"
+)
+
+// opAccount is the account whose row an op locks first (for the lock order).
+func opAccount(op *tollgate.BillingOp) string {
+	if op.Kind == tollgate.OpSettle {
+		return op.Charge.AccountID
+	}
+	return op.Hold.AccountID // OpRelease: the caller may set it to order the lock
+}
+
+// ApplyBilling applies ops in one transaction and fills in their results.
+// Ops are sent in account order (stable, so one account's ops keep theirs):
+// every transaction locks account rows in ascending order, so concurrent
+// batches of several instances cannot deadlock on each other. A deadlock with
+// anything else is retried. An error means nothing of the batch was applied.
+func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
+	sorted := slices.Clone(ops)
+	slices.SortStableFunc(sorted, func(a, b *tollgate.BillingOp) int { return strings.Compare(opAccount(a), opAccount(b)) })
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return applyBatch(ctx, tx, sorted) })
+		if c := pgCode(err); c != deadlockDetected && c != serializationFailure {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: billing batch of %d: %w", len(ops), err)
+	}
+	return nil
+}
+
+func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp) error {
+	b := &pgx.Batch{}
+	for _, op := range ops {
+		switch op.Kind {
+		case tollgate.OpHold:
+			h := &op.Hold
+			b.Queue(`SELECT outcome, free, retry_minute FROM tollgate_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+				h.ID, h.RequestID, h.AccountID, h.KeyID, h.Model, string(h.Class), int64(h.Amount), h.Tokens, h.Minute,
+				h.Owner, h.Created, h.Expires)
+		case tollgate.OpSettle:
+			c := &op.Charge
+			id := c.RequestID
+			if id == "" {
+				id = op.HoldID
+			}
+			b.Queue(`SELECT charged, uncollected, replayed FROM tollgate_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+				op.HoldID, id, c.AccountID, c.KeyID, c.Model, string(c.Class), c.Node, c.PromptTokens, c.CompletionTokens,
+				c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Estimated, c.Time)
+		case tollgate.OpRelease:
+			b.Queue(`SELECT tollgate_release($1)`, op.HoldID)
+		default:
+			return fmt.Errorf("unknown op kind %d", op.Kind)
+		}
+	}
+	br := tx.SendBatch(ctx, b)
+	for _, op := range ops {
+		var err error
+		switch op.Kind {
+		case tollgate.OpHold:
+			var outcome int32
+			var free, retry int64
+			err = br.QueryRow().Scan(&outcome, &free, &retry)
+			op.Outcome, op.Free = tollgate.HoldOutcome(outcome), tollgate.Amount(free)
+			op.RetryAt = time.Time{}
+			if retry != 0 {
+				op.RetryAt = time.Unix(retry*60, 0).UTC()
+			}
+		case tollgate.OpSettle:
+			var charged, uncollected int64
+			err = br.QueryRow().Scan(&charged, &uncollected, &op.Replayed)
+			op.Charged, op.Uncollected = tollgate.Amount(charged), tollgate.Amount(uncollected)
+		case tollgate.OpRelease:
+			var released bool
+			err = br.QueryRow().Scan(&released)
+			op.Replayed = !released
+		}
+		if err != nil {
+			br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}
+
+// RenewHolds extends the lease of every hold owned by owner and created after
+// createdAfter to expires, and returns how many it renewed.
+func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `UPDATE holds SET expires = $1 WHERE owner = $2 AND created > $3 AND expires < $1`,
+		expires, owner, createdAfter)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: renew holds of %s: %w", owner, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// SweepHolds releases up to limit holds whose lease ended before now and
+// returns them; it also drops rate windows older than two minutes.
+func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < $1 ORDER BY account_id LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: sweep holds: %w", err)
+	}
+	hs, err := pgx.CollectRows(rows, scanHold)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: sweep holds: %w", err)
+	}
+	var out []tollgate.Hold
+	if len(hs) > 0 {
+		ops := make([]*tollgate.BillingOp, len(hs))
+		for i, h := range hs {
+			ops[i] = &tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: h.ID, Hold: tollgate.Hold{AccountID: h.AccountID}}
+		}
+		if err := db.ApplyBilling(ctx, ops); err != nil {
+			return nil, err
+		}
+		for i, op := range ops {
+			if !op.Replayed {
+				out = append(out, hs[i])
+			}
+		}
+	}
+	if _, err := db.pool.Exec(ctx, `DELETE FROM key_windows WHERE minute < $1`, now.Unix()/60-2); err != nil {
+		return out, fmt.Errorf("postgres: sweep rate windows: %w", err)
+	}
+	return out, nil
+}
+
+const holdColumns = `id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires`
+
+func scanHold(row pgx.CollectableRow) (tollgate.Hold, error) {
+	var h tollgate.Hold
+	var class string
+	var amount int64
+	err := row.Scan(&h.ID, &h.RequestID, &h.AccountID, &h.KeyID, &h.Model, &class, &amount, &h.Tokens, &h.Minute,
+		&h.Owner, &h.Created, &h.Expires)
+	h.Class, h.Amount = tollgate.BackendClass(class), tollgate.Amount(amount)
+	h.Created, h.Expires = h.Created.UTC(), h.Expires.UTC()
+	return h, err
+}
+
+// Holds returns the active holds of an account ("" for all), oldest first.
+func (db *DB) Holds(ctx context.Context, accountID string) ([]tollgate.Hold, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+holdColumns+` FROM holds WHERE $1 = '' OR account_id = $1 ORDER BY created, id`, accountID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: holds: %w", err)
+	}
+	hs, err := pgx.CollectRows(rows, scanHold)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: holds: %w", err)
+	}
+	return hs, nil
+}
+
+// PostEntry records an operator's credit or debit (e.Kind) of e.Amount on
+// e.AccountID and changes the balance in the same transaction. A debit may
+// not take more than the free balance (balance − held): 402
+// insufficient_balance. It fills in e.Seq and the signed e.Amount.
+func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
+	signed, err := entrySign(e)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		var balance, held int64
+		err := tx.QueryRow(ctx, `SELECT balance, held FROM accounts WHERE id = $1 FOR UPDATE`, e.AccountID).Scan(&balance, &held)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("account %s: %w", e.AccountID, tollgate.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if err := checkEntry(signed, balance, held); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $1 WHERE id = $2`, int64(signed), e.AccountID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO ledger (id, kind, account_id, amount, note, time) VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq`,
+			e.ID, string(e.Kind), e.AccountID, int64(signed), e.Note, e.Time).Scan(&e.Seq)
+	})
+	if pgCode(err) == uniqueViolation {
+		return conflict("ledger entry "+e.ID, err)
+	}
+	if err != nil {
+		var te *tollgate.Error
+		if errors.As(err, &te) || errors.Is(err, tollgate.ErrNotFound) {
+			return err
+		}
+		return fmt.Errorf("postgres: post %s on %s: %w", e.Kind, e.AccountID, err)
+	}
+	e.Amount = signed
+	return nil
+}
+
+// entrySign checks an operator entry and returns its signed amount.
+func entrySign(e *tollgate.LedgerEntry) (tollgate.Amount, error) {
+	if e.ID == "" || e.AccountID == "" || e.Time.IsZero() {
+		return 0, errors.New("post entry: ID, AccountID and Time are required")
+	}
+	amt := e.Amount
+	if amt < 0 {
+		amt = -amt
+	}
+	if amt == 0 {
+		return 0, tollgate.Errorf(tollgate.CodeInvalidRequest, "the amount must not be zero")
+	}
+	switch e.Kind {
+	case tollgate.LedgerCredit:
+		return amt, nil
+	case tollgate.LedgerDebit:
+		return -amt, nil
+	}
+	return 0, tollgate.Errorf(tollgate.CodeInvalidRequest, "an operator entry is a credit or a debit, not %q", e.Kind)
+}
+
+func checkEntry(signed tollgate.Amount, balance, held int64) error {
+	nb, err := tollgate.Amount(balance).Add(signed)
+	if err != nil {
+		return tollgate.Errorf(tollgate.CodeInvalidRequest, "the balance would be out of range")
+	}
+	if signed < 0 && int64(nb) < held {
+		return tollgate.Errorf(tollgate.CodeInsufficientBalance, "a debit of %s USD exceeds the free balance of %s USD",
+			(-signed).String(), tollgate.Amount(balance-held).String())
+	}
+	return nil
+}
+
+// Balance returns an account's settled balance and what is held.
+func (db *DB) Balance(ctx context.Context, accountID string) (tollgate.Balance, error) {
+	b := tollgate.Balance{AccountID: accountID}
+	var balance, held int64
+	err := db.pool.QueryRow(ctx, `SELECT balance, held FROM accounts WHERE id = $1`, accountID).Scan(&balance, &held)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return b, fmt.Errorf("account %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return b, fmt.Errorf("postgres: balance of %s: %w", accountID, err)
+	}
+	b.Balance, b.Held, b.Free = tollgate.Amount(balance), tollgate.Amount(held), tollgate.Amount(balance-held)
+	return b, nil
+}
+
+const ledgerColumns = `seq, id, kind, account_id, amount, note, time, coalesce(hold_id, ''), coalesce(key_id, ''),
+	coalesce(model, ''), coalesce(class, ''), coalesce(node, ''), prompt_tokens, completion_tokens, cached_tokens,
+	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated`
+
+func scanEntry(row pgx.CollectableRow) (tollgate.LedgerEntry, error) {
+	var e tollgate.LedgerEntry
+	var kind, class string
+	var amount, in, out, cost, unc int64
+	var c tollgate.Charge
+	if err := row.Scan(&e.Seq, &e.ID, &kind, &e.AccountID, &amount, &e.Note, &e.Time, &e.HoldID, &c.KeyID, &c.Model, &class, &c.Node,
+		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated); err != nil {
+		return e, err
+	}
+	e.Kind, e.Amount, e.Time, e.Uncollected = tollgate.LedgerKind(kind), tollgate.Amount(amount), e.Time.UTC(), tollgate.Amount(unc)
+	if e.Kind == tollgate.LedgerCharge {
+		c.RequestID, c.AccountID, c.Class, c.Time = e.ID, e.AccountID, tollgate.BackendClass(class), e.Time
+		c.Prices, c.Cost = tollgate.Prices{Input: tollgate.Rate(in), Output: tollgate.Rate(out)}, tollgate.Amount(cost)
+		e.Charge = &c
+	}
+	return e, nil
+}
+
+// Ledger calls fn for the entries matching f, oldest first. A zero filter
+// field matches everything; Model, KeyID and Class match charges only.
+func (db *DB) Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollgate.LedgerEntry) error) error {
+	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE true`
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if f.AccountID != "" {
+		add("account_id = $%d", f.AccountID)
+	}
+	if f.KeyID != "" {
+		add("key_id = $%d", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = $%d", f.Model)
+	}
+	if f.Class != "" {
+		add("class = $%d", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("time < $%d", f.Until)
+	}
+	rows, err := db.pool.Query(ctx, q+` ORDER BY seq`, args...)
+	if err != nil {
+		return fmt.Errorf("postgres: ledger: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return fmt.Errorf("postgres: ledger: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: ledger: %w", err)
+	}
+	return nil
+}
+
+// LedgerEntry returns one entry by id (a charge's request id), or ErrNotFound.
+func (db *DB) LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE id = $1`, id)
+	if err != nil {
+		return tollgate.LedgerEntry{}, fmt.Errorf("postgres: ledger entry %s: %w", id, err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanEntry)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, fmt.Errorf("ledger entry %s: %w", id, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return e, fmt.Errorf("postgres: ledger entry %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// Audit returns, for every account and key, the stored balances beside what
+// the ledger and the holds add up to, from one snapshot (REPEATABLE READ).
+// Holds whose lease ended before expiredBefore are counted as expired.
+func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.AccountAudit, []tollgate.KeyAudit, error) {
+	var accts []tollgate.AccountAudit
+	var keys []tollgate.KeyAudit
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH l AS (
+				SELECT account_id,
+					(sum(amount) FILTER (WHERE kind = 'opening'))::bigint AS opening,
+					(sum(amount) FILTER (WHERE kind = 'credit'))::bigint AS credits,
+					(-sum(amount) FILTER (WHERE kind = 'debit'))::bigint AS debits,
+					(-sum(amount) FILTER (WHERE kind = 'charge'))::bigint AS charges,
+					(sum(uncollected) FILTER (WHERE kind = 'charge'))::bigint AS uncollected
+				FROM ledger GROUP BY account_id),
+			h AS (
+				SELECT account_id, (sum(amount))::bigint AS amount, count(*) AS n, count(*) FILTER (WHERE expires < $1) AS expired
+				FROM holds GROUP BY account_id)
+			SELECT a.id, a.balance, a.held, coalesce(l.opening, 0), coalesce(l.credits, 0), coalesce(l.debits, 0),
+				coalesce(l.charges, 0), coalesce(l.uncollected, 0), coalesce(h.amount, 0), coalesce(h.n, 0), coalesce(h.expired, 0)
+			FROM accounts a LEFT JOIN l ON l.account_id = a.id LEFT JOIN h ON h.account_id = a.id
+			ORDER BY a.created, a.id`, expiredBefore)
+		if err != nil {
+			return err
+		}
+		accts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.AccountAudit, error) {
+			var a tollgate.AccountAudit
+			var v [8]int64
+			err := r.Scan(&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds)
+			a.Balance, a.Held, a.Opening, a.Credits, a.Debits = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3]), tollgate.Amount(v[4])
+			a.Charges, a.Uncollected, a.HoldsSum = tollgate.Amount(v[5]), tollgate.Amount(v[6]), tollgate.Amount(v[7])
+			return a, err
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+			WITH l AS (SELECT key_id, (-sum(amount))::bigint AS charges FROM ledger WHERE kind = 'charge' GROUP BY key_id),
+			h AS (SELECT key_id, (sum(amount))::bigint AS amount FROM holds GROUP BY key_id)
+			SELECT k.id, k.spent, k.held, coalesce(l.charges, 0), coalesce(h.amount, 0)
+			FROM api_keys k LEFT JOIN l ON l.key_id = k.id LEFT JOIN h ON h.key_id = k.id
+			ORDER BY k.created, k.id`)
+		if err != nil {
+			return err
+		}
+		keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.KeyAudit, error) {
+			var k tollgate.KeyAudit
+			var v [4]int64
+			err := r.Scan(&k.KeyID, &v[0], &v[1], &v[2], &v[3])
+			k.Spent, k.Held, k.Charges, k.HoldsSum = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3])
+			return k, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: audit: %w", err)
+	}
+	return accts, keys, nil
+}

@@ -1,0 +1,512 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// The billing store: holds, the ledger and key rate windows (migration
+// 0002_billing, docs/billing.md). Every write runs on the single writer
+// connection inside BEGIN IMMEDIATE, so a check followed by an update can
+// never interleave with another writer, in this process or another.
+
+// ApplyBilling applies ops in order in one transaction (group commit: one
+// fsync for the whole batch). Each op's result is filled in; a refused hold
+// is a result, not an error. An error means nothing of the batch was applied.
+func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		for _, op := range ops {
+			var err error
+			switch op.Kind {
+			case tollgate.OpHold:
+				err = applyHold(ctx, tx, op)
+			case tollgate.OpSettle:
+				err = applySettle(ctx, tx, op)
+			case tollgate.OpRelease:
+				_, err = releaseHold(ctx, tx, op.HoldID, op)
+			default:
+				err = fmt.Errorf("unknown op kind %d", op.Kind)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
+	}
+	return nil
+}
+
+func applyHold(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) error {
+	h := &op.Hold
+	op.Outcome = tollgate.HoldOK
+	var balance, held int64
+	err := tx.QueryRowContext(ctx, `SELECT balance, held FROM accounts WHERE id = ?`, h.AccountID).Scan(&balance, &held)
+	if errors.Is(err, sql.ErrNoRows) {
+		op.Outcome = tollgate.HoldNoAccount
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if balance-held < int64(h.Amount) {
+		op.Outcome, op.Free = tollgate.HoldInsufficient, tollgate.Amount(balance-held)
+		return nil
+	}
+	var limit, spent, kheld, rpm, tpm int64
+	err = tx.QueryRowContext(ctx, `SELECT spend_limit, spent, held, rpm, tpm FROM api_keys WHERE id = ? AND account_id = ?`,
+		h.KeyID, h.AccountID).Scan(&limit, &spent, &kheld, &rpm, &tpm)
+	if errors.Is(err, sql.ErrNoRows) {
+		op.Outcome = tollgate.HoldNoAccount
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if limit > 0 && spent+kheld+int64(h.Amount) > limit {
+		op.Outcome, op.Free = tollgate.HoldKeyLimit, tollgate.Amount(max(limit-spent-kheld, 0))
+		return nil
+	}
+	minute := int64(0)
+	if rpm > 0 || tpm > 0 {
+		minute = h.Minute
+		var reqs, toks int64
+		err := tx.QueryRowContext(ctx, `SELECT requests, tokens FROM key_windows WHERE key_id = ? AND minute = ?`, h.KeyID, minute).Scan(&reqs, &toks)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if (rpm > 0 && reqs+1 > rpm) || (tpm > 0 && toks >= tpm) {
+			op.Outcome, op.RetryAt = tollgate.HoldRateLimited, time.Unix((minute+1)*60, 0).UTC()
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO key_windows (key_id, minute, requests, tokens) VALUES (?, ?, 1, ?)
+			ON CONFLICT (key_id, minute) DO UPDATE SET requests = requests + 1, tokens = tokens + excluded.tokens`,
+			h.KeyID, minute, h.Tokens); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE accounts SET held = held + ? WHERE id = ?`, int64(h.Amount), h.AccountID); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET held = held + ? WHERE id = ?`, int64(h.Amount), h.KeyID); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO holds (id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		h.ID, h.RequestID, h.AccountID, h.KeyID, h.Model, string(h.Class), int64(h.Amount), h.Tokens, minute, h.Owner,
+		toMicros(h.Created), toMicros(h.Expires))
+	return err
+}
+
+// replayedCharge reports the earlier charge of a hold that was settled already.
+func replayedCharge(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) (bool, error) {
+	var amount, uncollected int64
+	err := tx.QueryRowContext(ctx, `SELECT amount, uncollected FROM ledger WHERE hold_id = ?`, op.HoldID).Scan(&amount, &uncollected)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	op.Replayed, op.Charged, op.Uncollected = true, tollgate.Amount(-amount), tollgate.Amount(uncollected)
+	return true, nil
+}
+
+func applySettle(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) error {
+	if done, err := replayedCharge(ctx, tx, op); done || err != nil {
+		return err
+	}
+	c := &op.Charge
+	acct, key := c.AccountID, c.KeyID
+	var amount, tokens, minute int64
+	err := tx.QueryRowContext(ctx, `DELETE FROM holds WHERE id = ? RETURNING account_id, key_id, amount, tokens, minute`, op.HoldID).
+		Scan(&acct, &key, &amount, &tokens, &minute)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	// No hold: it was swept (its lease ended). The request was still served,
+	// so it is charged, from the free balance only.
+	var balance, held int64
+	if err := tx.QueryRowContext(ctx, `SELECT balance, held FROM accounts WHERE id = ?`, acct).Scan(&balance, &held); err != nil {
+		return fmt.Errorf("settle %s: account %s: %w", op.HoldID, acct, err)
+	}
+	charged := min(int64(c.Cost), max(balance-held+amount, 0))
+	op.Charged, op.Uncollected = tollgate.Amount(charged), c.Cost-tollgate.Amount(charged)
+	if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance - ?, held = held - ? WHERE id = ?`, charged, amount, acct); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET spent = spent + ?, held = held - ? WHERE id = ?`, charged, amount, key); err != nil {
+		return err
+	}
+	if used := c.PromptTokens + c.CompletionTokens; minute != 0 && tokens > used {
+		if _, err := tx.ExecContext(ctx, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`,
+			tokens-used, key, minute); err != nil {
+			return err
+		}
+	}
+	id := c.RequestID
+	if id == "" {
+		id = op.HoldID
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
+		prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated)
+		VALUES (?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		id, acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
+		c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output),
+		int64(c.Cost), int64(op.Uncollected), c.Estimated)
+	return err
+}
+
+// releaseHold frees a hold without a charge. It reports false (and marks op
+// Replayed, when op is not nil) if there was no such hold.
+func releaseHold(ctx context.Context, tx *sql.Tx, id string, op *tollgate.BillingOp) (bool, error) {
+	var acct, key string
+	var amount, tokens, minute int64
+	err := tx.QueryRowContext(ctx, `DELETE FROM holds WHERE id = ? RETURNING account_id, key_id, amount, tokens, minute`, id).
+		Scan(&acct, &key, &amount, &tokens, &minute)
+	if errors.Is(err, sql.ErrNoRows) {
+		if op != nil {
+			op.Replayed = true
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE accounts SET held = held - ? WHERE id = ?`, amount, acct); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET held = held - ? WHERE id = ?`, amount, key); err != nil {
+		return false, err
+	}
+	if minute != 0 && tokens > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`,
+			tokens, key, minute); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// RenewHolds extends the lease of every hold owned by owner to expires, for
+// holds created after createdAfter (a hold older than the longest request is
+// left to expire, whatever its owner thinks). It returns how many it renewed.
+func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
+	var n int64
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE holds SET expires = ? WHERE owner = ? AND created > ? AND expires < ?`,
+			toMicros(expires), owner, toMicros(createdAfter), toMicros(expires))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: renew holds of %s: %w", owner, err)
+	}
+	return n, nil
+}
+
+// SweepHolds releases up to limit holds whose lease ended before now and
+// returns them; it also drops rate windows older than two minutes.
+func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+	var out []tollgate.Hold
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < ? ORDER BY expires LIMIT ?`, toMicros(now), limit)
+		if err != nil {
+			return err
+		}
+		hs, err := scanHolds(rows)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if ok, err := releaseHold(ctx, tx, h.ID, nil); err != nil {
+				return err
+			} else if ok {
+				out = append(out, h)
+			}
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM key_windows WHERE minute < ?`, now.Unix()/60-2)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: sweep holds: %w", err)
+	}
+	return out, nil
+}
+
+const holdColumns = `id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires`
+
+func scanHolds(rows *sql.Rows) ([]tollgate.Hold, error) {
+	defer rows.Close()
+	var out []tollgate.Hold
+	for rows.Next() {
+		var h tollgate.Hold
+		var class string
+		var amount, created, expires int64
+		if err := rows.Scan(&h.ID, &h.RequestID, &h.AccountID, &h.KeyID, &h.Model, &class, &amount, &h.Tokens, &h.Minute,
+			&h.Owner, &created, &expires); err != nil {
+			return nil, err
+		}
+		h.Class, h.Amount = tollgate.BackendClass(class), tollgate.Amount(amount)
+		h.Created, h.Expires = fromMicros(created), fromMicros(expires)
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// Holds returns the active holds of an account ("" for all), oldest first.
+func (db *DB) Holds(ctx context.Context, accountID string) ([]tollgate.Hold, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT `+holdColumns+` FROM holds WHERE ? = '' OR account_id = ? ORDER BY created, id`, accountID, accountID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: holds: %w", err)
+	}
+	hs, err := scanHolds(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: holds: %w", err)
+	}
+	return hs, nil
+}
+
+// PostEntry records an operator's credit or debit (e.Kind) of e.Amount > 0 on
+// e.AccountID and changes the balance in the same transaction. A debit may
+// not take more than the free balance (balance − held): 402
+// insufficient_balance. It fills in e.Seq and the signed e.Amount.
+func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
+	signed, err := entrySign(e)
+	if err != nil {
+		return err
+	}
+	err = db.write(ctx, func(tx *sql.Tx) error {
+		var balance, held int64
+		err := tx.QueryRowContext(ctx, `SELECT balance, held FROM accounts WHERE id = ?`, e.AccountID).Scan(&balance, &held)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("account %s: %w", e.AccountID, tollgate.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if err := checkEntry(signed, balance, held); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + ? WHERE id = ?`, int64(signed), e.AccountID); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `INSERT INTO ledger (id, kind, account_id, amount, note, time) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`,
+			e.ID, string(e.Kind), e.AccountID, int64(signed), e.Note, toMicros(e.Time)).Scan(&e.Seq)
+	})
+	if isUnique(err) {
+		return conflict("ledger entry "+e.ID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: post %s on %s: %w", e.Kind, e.AccountID, err)
+	}
+	e.Amount = signed
+	return nil
+}
+
+// entrySign checks an operator entry and returns its signed amount.
+func entrySign(e *tollgate.LedgerEntry) (tollgate.Amount, error) {
+	if e.ID == "" || e.AccountID == "" || e.Time.IsZero() {
+		return 0, errors.New("post entry: ID, AccountID and Time are required")
+	}
+	amt := e.Amount
+	if amt < 0 {
+		amt = -amt
+	}
+	if amt == 0 {
+		return 0, tollgate.Errorf(tollgate.CodeInvalidRequest, "the amount must not be zero")
+	}
+	switch e.Kind {
+	case tollgate.LedgerCredit:
+		return amt, nil
+	case tollgate.LedgerDebit:
+		return -amt, nil
+	}
+	return 0, tollgate.Errorf(tollgate.CodeInvalidRequest, "an operator entry is a credit or a debit, not %q", e.Kind)
+}
+
+func checkEntry(signed tollgate.Amount, balance, held int64) error {
+	nb, err := tollgate.Amount(balance).Add(signed)
+	if err != nil {
+		return tollgate.Errorf(tollgate.CodeInvalidRequest, "the balance would be out of range")
+	}
+	if signed < 0 && int64(nb) < held {
+		return tollgate.Errorf(tollgate.CodeInsufficientBalance, "a debit of %s USD exceeds the free balance of %s USD",
+			(-signed).String(), tollgate.Amount(balance-held).String())
+	}
+	return nil
+}
+
+// Balance returns an account's settled balance and what is held.
+func (db *DB) Balance(ctx context.Context, accountID string) (tollgate.Balance, error) {
+	b := tollgate.Balance{AccountID: accountID}
+	var balance, held int64
+	err := db.r.QueryRowContext(ctx, `SELECT balance, held FROM accounts WHERE id = ?`, accountID).Scan(&balance, &held)
+	if errors.Is(err, sql.ErrNoRows) {
+		return b, fmt.Errorf("account %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return b, fmt.Errorf("sqlite: balance of %s: %w", accountID, err)
+	}
+	b.Balance, b.Held, b.Free = tollgate.Amount(balance), tollgate.Amount(held), tollgate.Amount(balance-held)
+	return b, nil
+}
+
+const ledgerColumns = `seq, id, kind, account_id, amount, note, time, coalesce(hold_id, ''), coalesce(key_id, ''),
+	coalesce(model, ''), coalesce(class, ''), coalesce(node, ''), prompt_tokens, completion_tokens, cached_tokens,
+	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated`
+
+func scanEntry(rows *sql.Rows) (tollgate.LedgerEntry, error) {
+	var e tollgate.LedgerEntry
+	var kind, class string
+	var amount, tm, in, out, cost, unc int64
+	var c tollgate.Charge
+	if err := rows.Scan(&e.Seq, &e.ID, &kind, &e.AccountID, &amount, &e.Note, &tm, &e.HoldID, &c.KeyID, &c.Model, &class, &c.Node,
+		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated); err != nil {
+		return e, err
+	}
+	e.Kind, e.Amount, e.Time, e.Uncollected = tollgate.LedgerKind(kind), tollgate.Amount(amount), fromMicros(tm), tollgate.Amount(unc)
+	if e.Kind == tollgate.LedgerCharge {
+		c.RequestID, c.AccountID, c.Class, c.Time = e.ID, e.AccountID, tollgate.BackendClass(class), e.Time
+		c.Prices, c.Cost = tollgate.Prices{Input: tollgate.Rate(in), Output: tollgate.Rate(out)}, tollgate.Amount(cost)
+		e.Charge = &c
+	}
+	return e, nil
+}
+
+// Ledger calls fn for the entries matching f, oldest first. A zero filter
+// field matches everything; Model, KeyID and Class match charges only.
+func (db *DB) Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollgate.LedgerEntry) error) error {
+	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE 1 = 1`
+	var args []any
+	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
+	if f.AccountID != "" {
+		add("account_id = ?", f.AccountID)
+	}
+	if f.KeyID != "" {
+		add("key_id = ?", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = ?", f.Model)
+	}
+	if f.Class != "" {
+		add("class = ?", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= ?", toMicros(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", toMicros(f.Until))
+	}
+	rows, err := db.r.QueryContext(ctx, q+` ORDER BY seq`, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite: ledger: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return fmt.Errorf("sqlite: ledger: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: ledger: %w", err)
+	}
+	return nil
+}
+
+// LedgerEntry returns one entry by id (a charge's request id), or ErrNotFound.
+func (db *DB) LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE id = ?`, id)
+	if err != nil {
+		return tollgate.LedgerEntry{}, fmt.Errorf("sqlite: ledger entry %s: %w", id, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return tollgate.LedgerEntry{}, fmt.Errorf("sqlite: ledger entry %s: %w", id, err)
+		}
+		return tollgate.LedgerEntry{}, fmt.Errorf("ledger entry %s: %w", id, tollgate.ErrNotFound)
+	}
+	e, err := scanEntry(rows)
+	if err != nil {
+		return e, fmt.Errorf("sqlite: ledger entry %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// Audit returns, for every account and key, the stored balances beside what
+// the ledger and the holds add up to, in one read transaction (a consistent
+// snapshot). Holds whose lease ended before expiredBefore are counted as expired.
+func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.AccountAudit, []tollgate.KeyAudit, error) {
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT a.id, a.balance, a.held,
+		coalesce((SELECT sum(amount) FROM ledger l WHERE l.account_id = a.id AND kind = 'opening'), 0),
+		coalesce((SELECT sum(amount) FROM ledger l WHERE l.account_id = a.id AND kind = 'credit'), 0),
+		coalesce((SELECT -sum(amount) FROM ledger l WHERE l.account_id = a.id AND kind = 'debit'), 0),
+		coalesce((SELECT -sum(amount) FROM ledger l WHERE l.account_id = a.id AND kind = 'charge'), 0),
+		coalesce((SELECT sum(uncollected) FROM ledger l WHERE l.account_id = a.id AND kind = 'charge'), 0),
+		coalesce((SELECT sum(amount) FROM holds h WHERE h.account_id = a.id), 0),
+		(SELECT count(*) FROM holds h WHERE h.account_id = a.id),
+		(SELECT count(*) FROM holds h WHERE h.account_id = a.id AND h.expires < ?)
+		FROM accounts a ORDER BY a.created, a.id`, toMicros(expiredBefore))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
+	}
+	var accts []tollgate.AccountAudit
+	for rows.Next() {
+		var a tollgate.AccountAudit
+		var v [9]int64
+		if err := rows.Scan(&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
+		}
+		a.Balance, a.Held, a.Opening, a.Credits, a.Debits = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3]), tollgate.Amount(v[4])
+		a.Charges, a.Uncollected, a.HoldsSum = tollgate.Amount(v[5]), tollgate.Amount(v[6]), tollgate.Amount(v[7])
+		accts = append(accts, a)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT k.id, k.spent, k.held,
+		coalesce((SELECT -sum(amount) FROM ledger l WHERE l.key_id = k.id AND kind = 'charge'), 0),
+		coalesce((SELECT sum(amount) FROM holds h WHERE h.key_id = k.id), 0)
+		FROM api_keys k ORDER BY k.created, k.id`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: audit keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []tollgate.KeyAudit
+	for rows.Next() {
+		var k tollgate.KeyAudit
+		var v [4]int64
+		if err := rows.Scan(&k.KeyID, &v[0], &v[1], &v[2], &v[3]); err != nil {
+			return nil, nil, fmt.Errorf("sqlite: audit keys: %w", err)
+		}
+		k.Spent, k.Held, k.Charges, k.HoldsSum = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3])
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("sqlite: audit keys: %w", err)
+	}
+	return accts, keys, nil
+}
