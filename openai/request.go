@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -86,6 +85,10 @@ var validRoles = map[string]bool{
 // ParseChatRequest validates body and detects the capabilities it needs.
 // Errors are *tollgate.Error: invalid_json when the body is not a JSON
 // object, invalid_request (with Param) when a field has the wrong shape.
+//
+// The body is scanned once with validation; nested values are then walked
+// with trusted (non-validating) scans, and nothing is decoded that tollgate
+// does not act on.
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	fields, err := splitObject(body)
 	if err != nil {
@@ -98,20 +101,24 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		null := string(v) == "null"
 		switch f.key {
 		case "model":
-			if err := json.Unmarshal(v, &r.Model); err != nil || null {
+			s, ok := jsonString(v)
+			if !ok {
 				return nil, invalidType("model", "a string")
 			}
-			haveModel = r.Model != ""
+			r.Model = s
+			haveModel = s != ""
 		case "messages":
 			if err := r.parseMessages(v); err != nil {
 				return nil, err
 			}
 			haveMessages = true
 		case "stream":
-			if !null {
-				if err := json.Unmarshal(v, &r.Stream); err != nil {
-					return nil, invalidType("stream", "a boolean")
-				}
+			switch string(v) {
+			case "true":
+				r.Stream = true
+			case "false", "null":
+			default:
+				return nil, invalidType("stream", "a boolean")
 			}
 		case "stream_options":
 			if !null && v[0] != '{' {
@@ -164,8 +171,8 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			if null {
 				continue
 			}
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
+			s, ok := jsonString(v)
+			if !ok {
 				return nil, invalidType("reasoning_effort", "a string")
 			}
 			if s != "none" {
@@ -175,14 +182,19 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			if null {
 				continue
 			}
-			var o struct {
-				Effort  *string `json:"effort"`
-				Enabled *bool   `json:"enabled"`
-			}
-			if v[0] != '{' || json.Unmarshal(v, &o) != nil {
+			if v[0] != '{' {
 				return nil, invalidType("reasoning", "an object such as {\"effort\": \"medium\"}")
 			}
-			off := (o.Enabled != nil && !*o.Enabled) || (o.Effort != nil && *o.Effort == "none")
+			off := false
+			it := newTrustedObjIter(v)
+			for k, _, val, ok := it.next(); ok; k, _, val, ok = it.next() {
+				switch string(k) {
+				case "enabled":
+					off = off || string(val) == "false"
+				case "effort":
+					off = off || string(val) == `"none"`
+				}
+			}
 			if !off {
 				r.need(tollgate.CapReasoning, "reasoning")
 			}
@@ -210,58 +222,57 @@ func invalidType(param, want string) error {
 	return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, param, "%s must be %s", param, want)
 }
 
-type wireMessage struct {
-	Role    json.RawMessage `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type wirePart struct {
-	Type string `json:"type"`
-}
-
 func (r *ChatRequest) parseMessages(v []byte) error {
 	if v[0] != '[' {
 		return invalidType("messages", "an array of messages")
 	}
-	var msgs []json.RawMessage
-	if err := json.Unmarshal(v, &msgs); err != nil {
-		return invalidType("messages", "an array of messages")
-	}
-	if len(msgs) == 0 {
-		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "messages", "messages must contain at least one message")
-	}
-	for i, raw := range msgs {
+	msgs := newTrustedArrIter(v)
+	i := 0
+	for raw, ok := msgs.next(); ok; raw, ok = msgs.next() {
 		param := "messages[" + strconv.Itoa(i) + "]"
+		i++
 		if raw[0] != '{' {
 			return invalidType(param, "an object with role and content")
 		}
-		var m wireMessage
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return invalidType(param, "an object with role and content")
-		}
 		var role string
-		if json.Unmarshal(m.Role, &role) != nil || !validRoles[role] {
+		var content []byte
+		it := newTrustedObjIter(raw)
+		for k, _, val, ok := it.next(); ok; k, _, val, ok = it.next() {
+			switch string(k) {
+			case "role":
+				role, _ = jsonString(val)
+			case "content":
+				content = val
+			}
+		}
+		if !validRoles[role] {
 			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, param+".role",
 				"%s.role must be one of system, developer, user, assistant, tool, function", param)
 		}
 		r.PromptBytes += int64(len(raw))
-		if len(m.Content) == 0 || string(m.Content) == "null" || m.Content[0] == '"' {
+		if len(content) == 0 || content[0] == 'n' || content[0] == '"' {
 			continue
 		}
-		if m.Content[0] != '[' {
+		if content[0] != '[' {
 			return invalidType(param+".content", "a string or an array of content parts")
 		}
-		var parts []json.RawMessage
-		if err := json.Unmarshal(m.Content, &parts); err != nil {
-			return invalidType(param+".content", "a string or an array of content parts")
-		}
-		for j, pr := range parts {
+		parts := newTrustedArrIter(content)
+		j := 0
+		for pr, ok := parts.next(); ok; pr, ok = parts.next() {
 			pparam := param + ".content[" + strconv.Itoa(j) + "]"
-			var p wirePart
-			if pr[0] != '{' || json.Unmarshal(pr, &p) != nil || p.Type == "" {
-				return invalidType(pparam, "an object with a string type")
+			j++
+			var typ string
+			if pr[0] == '{' {
+				pit := newTrustedObjIter(pr)
+				for k, _, val, ok := pit.next(); ok; k, _, val, ok = pit.next() {
+					if string(k) == "type" {
+						typ, _ = jsonString(val)
+					}
+				}
 			}
-			switch p.Type {
+			switch typ {
+			case "":
+				return invalidType(pparam, "an object with a string type")
 			case "image_url", "input_image", "image":
 				r.Images++
 				r.need(tollgate.CapImageInput, pparam)
@@ -271,111 +282,48 @@ func (r *ChatRequest) parseMessages(v []byte) error {
 			}
 		}
 	}
+	if i == 0 {
+		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "messages", "messages must contain at least one message")
+	}
 	return nil
 }
 
 func isEmptyArray(v []byte) bool {
-	return len(bytes.TrimSpace(v[1:len(v)-1])) == 0
+	return len(trimWS(v[1:len(v)-1])) == 0
 }
 
 // splitObject splits a JSON object into its top-level members without
-// copying or decoding their values. It rejects anything that is not one
-// valid JSON object with invalid_json.
+// copying or decoding their values, validating the whole body on the way.
+// It rejects anything that is not one valid JSON object with invalid_json.
 func splitObject(b []byte) ([]field, error) {
-	if !json.Valid(b) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		if json.Valid(b) {
+			return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body must be a JSON object")
+		}
 		return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body is not valid JSON")
 	}
-	i := reqSkipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body must be a JSON object")
-	}
 	fields := make([]field, 0, 12)
-	i = reqSkipWS(b, i+1)
-	if b[i] == '}' {
-		return fields, nil
-	}
-	for {
-		// Valid JSON: a key string, ':', a value, then ',' or '}'.
-		end := reqSkipString(b, i)
-		rawKey := b[i:end]
-		key := string(rawKey[1 : len(rawKey)-1])
-		if bytes.IndexByte(rawKey, '\\') >= 0 {
-			if err := json.Unmarshal(rawKey, &key); err != nil {
-				return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body is not valid JSON")
-			}
-		}
-		i = reqSkipWS(b, end)
-		i = reqSkipWS(b, i+1) // ':'
-		vend := reqSkipValue(b, i)
+	it := newObjIter(b)
+	for key, rawKey, val, ok := it.next(); ok; key, rawKey, val, ok = it.next() {
+		k := string(key)
 		// A repeated key: the last one wins, as in encoding/json and most servers.
 		dup := false
-		for k := range fields {
-			if fields[k].key == key {
-				fields[k].val = b[i:vend]
+		for n := range fields {
+			if fields[n].key == k {
+				fields[n].val = val
 				dup = true
 				break
 			}
 		}
 		if !dup {
-			fields = append(fields, field{key: key, rawKey: rawKey, val: b[i:vend]})
+			fields = append(fields, field{key: k, rawKey: rawKey, val: val})
 		}
-		i = reqSkipWS(b, vend)
-		if b[i] == '}' {
-			return fields, nil
-		}
-		i = reqSkipWS(b, i+1) // ','
 	}
-}
-
-func reqSkipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
+	if !it.restOK() {
+		return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body is not valid JSON")
 	}
-	return i
-}
-
-// reqSkipString returns the index just past the string starting at b[i] == '"'.
-func reqSkipString(b []byte, i int) int {
-	i++
-	for {
-		j := bytes.IndexAny(b[i:], `"\`)
-		i += j
-		if b[i] == '\\' {
-			i += 2
-			continue
-		}
-		return i + 1
-	}
-}
-
-// reqSkipValue returns the index just past the (valid) JSON value at b[i].
-func reqSkipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return reqSkipString(b, i)
-	case '{', '[':
-		depth := 0
-		for {
-			switch b[i] {
-			case '"':
-				i = reqSkipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-	default: // number, true, false, null
-		for i < len(b) && !(b[i] == ',' || b[i] == '}' || b[i] == ']' || b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-			i++
-		}
-		return i
-	}
+	return fields, nil
 }
 
 // UpstreamOptions say how to rewrite a request for one backend.

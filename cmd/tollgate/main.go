@@ -24,6 +24,7 @@ type command interface {
 var commandSummaries = [][2]string{
 	{"serve", "run the service from a config file"},
 	{"demo", "run the service with simulated model servers and a funded demo key"},
+	{"bench", "measure tollgate against a direct simulated server and print the ratios"},
 	{"simulate", "run a simulated model server (vllm, sglang, llamacpp, ollama, openai, openrouter)"},
 	{"accounts", "create, list, show, disable and enable accounts"},
 	{"keys", "create, list and revoke API keys"},
@@ -44,6 +45,8 @@ func newCommand(name string, stdout, stderr io.Writer) command {
 		return &serveCmd{stdout: stdout, stderr: stderr}
 	case "demo":
 		return &demoCmd{stdout: stdout, stderr: stderr}
+	case "bench":
+		return &benchCmd{stdout: stdout, stderr: stderr}
 	}
 	return nil
 }

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/simulate"
+)
+
+// benchCmd is `tollgate bench`: one run that measures a simulated model
+// server directly and through tollgate (auth on), non-streamed and streamed,
+// and prints throughput, latency percentiles, time to first token, the
+// ratios, and the allocations tollgate adds per request. Everything runs in
+// this process on loopback: the load generator, the simulator and tollgate
+// share the machine's cores, as they would on one box.
+type benchCmd struct {
+	stdout, stderr io.Writer
+}
+
+type benchResult struct {
+	name      string
+	requests  int64
+	errors    int64
+	elapsed   time.Duration
+	lat       []time.Duration // per request: whole answer
+	ttft      []time.Duration // streams: first content chunk
+	allocs    uint64
+	bytesHeap uint64
+}
+
+func (r benchResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+func (c *benchCmd) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	dur := fs.Duration("duration", 5*time.Second, "measuring time of each phase")
+	warm := fs.Duration("warmup", time.Second, "warm-up time of each phase (not measured)")
+	conc := fs.Int("concurrency", 32, "concurrent clients for the throughput phases")
+	modConc := fs.Int("moderate", 4, "concurrent clients for the latency phases (moderate load)")
+	tokens := fs.Int("tokens", 16, "completion tokens per answer")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	storeKind := fs.String("store", "sqlite", "tollgate's store: sqlite, or postgres (URL from TOLLGATE_TEST_POSTGRES)")
+	fs.Usage = func() {
+		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
+		fmt.Fprintln(c.stderr, "\nMeasures tollgate against a direct simulator on loopback and prints the ratios.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	sim, err := simulate.Start(simulate.Config{Flavour: simulate.VLLM, Models: []string{"bench-up"}, MaxRecorded: -1,
+		ContextLength: 1 << 20, Behaviour: simulate.Behaviour{OutputTokens: *tokens}})
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	dir, err := os.MkdirTemp("", "tollgate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	storeYAML := "store:\n  sqlite: bench.db\n"
+	if *storeKind == "postgres" {
+		storeYAML = "store:\n  postgres_url_env: TOLLGATE_TEST_POSTGRES\n"
+	}
+	cfgText := fmt.Sprintf(`listen:
+  api: 127.0.0.1:0
+%shealth:
+  interval: 0s
+traffic:
+  flush: 1s
+models:
+  - id: bench
+    kind: chat
+    context_length: 1048576
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: bench-up
+        capabilities: [tools, reasoning]
+        rates: {input: "0.1", output: "0.4"}
+        nodes:
+          - {name: sim, url: "%s/v1", flavour: vllm}
+`, storeYAML, sim.URL())
+	path := filepath.Join(dir, "tollgate.yaml")
+	if err := os.WriteFile(path, []byte(cfgText), 0o644); err != nil {
+		return err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	m := &Main{Config: cfg}
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	defer m.Close(context.Background())
+	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "bench", Balance: tollgate.Dollars(1_000_000), Created: time.Now().UTC()}
+	if err := m.Store.CreateAccount(ctx, acct); err != nil {
+		return err
+	}
+	secret := tollgate.NewKeySecret()
+	if err := m.Store.CreateKey(ctx, tollgate.Key{ID: tollgate.NewID("key_"), AccountID: acct.ID, Prefix: tollgate.DisplayPrefix(secret), Created: time.Now().UTC()}, tollgate.HashKey(secret)); err != nil {
+		return err
+	}
+
+	type target struct{ name, url, model, key string }
+	direct := target{"direct", sim.URL() + "/v1/chat/completions", "bench-up", ""}
+	through := target{"tollgate", m.APIURL() + "/chat/completions", "bench", secret}
+	body := func(model string, stream bool) []byte {
+		return []byte(`{"model":"` + model + `","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Write one short sentence about gateways."}],"temperature":0.7,"stream":` + fmt.Sprint(stream) + `}`)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true}}
+
+	run := func(t target, stream bool, workers int) benchResult {
+		b := body(t.model, stream)
+		res := benchResult{name: t.name}
+		var measuring atomic.Bool
+		var stopFlag atomic.Bool
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var lat, ttft []time.Duration
+				var n, errs int64
+				buf := make([]byte, 32<<10)
+				for !stopFlag.Load() {
+					start := time.Now()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(b))
+					req.Header.Set("Content-Type", "application/json")
+					if t.key != "" {
+						req.Header.Set("Authorization", "Bearer "+t.key)
+					}
+					resp, err := client.Do(req)
+					var first time.Duration
+					ok := err == nil && resp.StatusCode == 200
+					if err == nil {
+						if stream {
+							sc := bufio.NewScanner(resp.Body)
+							sc.Buffer(buf, len(buf))
+							for sc.Scan() {
+								line := sc.Bytes()
+								if first == 0 && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
+									first = time.Since(start)
+								}
+							}
+						} else {
+							_, _ = io.Copy(io.Discard, resp.Body)
+						}
+						resp.Body.Close()
+					}
+					if !measuring.Load() {
+						continue
+					}
+					if !ok {
+						errs++
+						continue
+					}
+					n++
+					lat = append(lat, time.Since(start))
+					if stream {
+						ttft = append(ttft, first)
+					}
+				}
+				mu.Lock()
+				res.requests += n
+				res.errors += errs
+				res.lat = append(res.lat, lat...)
+				res.ttft = append(res.ttft, ttft...)
+				mu.Unlock()
+			}()
+		}
+		time.Sleep(*warm)
+		runtime.GC()
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		measuring.Store(true)
+		t0 := time.Now()
+		time.Sleep(*dur)
+		measuring.Store(false)
+		res.elapsed = time.Since(t0)
+		runtime.ReadMemStats(&ms1)
+		stopFlag.Store(true)
+		wg.Wait()
+		res.allocs = ms1.Mallocs - ms0.Mallocs
+		res.bytesHeap = ms1.TotalAlloc - ms0.TotalAlloc
+		slices.Sort(res.lat)
+		slices.Sort(res.ttft)
+		return res
+	}
+
+	type pair struct {
+		label           string
+		stream          bool
+		workers         int
+		direct, through benchResult
+	}
+	pairs := []*pair{
+		{label: "non-streamed, saturated", stream: false, workers: *conc},
+		{label: "non-streamed, moderate", stream: false, workers: *modConc},
+		{label: "streamed, saturated", stream: true, workers: *conc},
+		{label: "streamed, moderate", stream: true, workers: *modConc},
+	}
+	fmt.Fprintf(c.stdout, "tollgate bench: %d CPUs, GOMAXPROCS %d, %s per phase, %d completion tokens, store %s\n\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind)
+	for _, p := range pairs {
+		p.direct = run(direct, p.stream, p.workers)
+		p.through = run(through, p.stream, p.workers)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tconc\ttarget\treq/s\tp50\tp99\tttft p50\terrors\tallocs/req\t")
+	for _, p := range pairs {
+		for _, r := range []benchResult{p.direct, p.through} {
+			ttft := "-"
+			if p.stream {
+				ttft = pct(r.ttft, 0.5).Round(time.Microsecond).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\t%s\t%s\t%d\t%.0f\t\n", p.label, p.workers, r.name, r.rps(),
+				pct(r.lat, 0.5).Round(time.Microsecond), pct(r.lat, 0.99).Round(time.Microsecond), ttft, r.errors,
+				float64(r.allocs)/float64(max(r.requests, 1)))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(c.stdout)
+	for _, p := range pairs {
+		d, t := p.direct, p.through
+		line := fmt.Sprintf("%-26s throughput ratio %.2f   p50 added %s   p99 added %s   allocs added/req %.0f",
+			p.label+":", t.rps()/d.rps(), (pct(t.lat, 0.5) - pct(d.lat, 0.5)).Round(time.Microsecond),
+			(pct(t.lat, 0.99) - pct(d.lat, 0.99)).Round(time.Microsecond),
+			float64(t.allocs)/float64(max(t.requests, 1))-float64(d.allocs)/float64(max(d.requests, 1)))
+		if p.stream {
+			line += fmt.Sprintf("   ttft added %s", (pct(t.ttft, 0.5) - pct(d.ttft, 0.5)).Round(time.Microsecond))
+		}
+		fmt.Fprintln(c.stdout, strings.TrimRight(line, " "))
+	}
+	return nil
+}
