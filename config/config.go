@@ -4,6 +4,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -25,6 +27,7 @@ type Config struct {
 	Health   Health   `yaml:"health"`
 	Auth     Auth     `yaml:"auth"`
 	Traffic  Traffic  `yaml:"traffic"`
+	Billing  Billing  `yaml:"billing"`
 	// AdminTokenEnv names the environment variable holding the admin API token.
 	AdminTokenEnv string  `yaml:"admin_token_env"`
 	AdminToken    string  `yaml:"-"`
@@ -66,7 +69,7 @@ type Timeouts struct {
 
 // Health configures active and passive health checks of backend nodes.
 type Health struct {
-	Interval   Duration `yaml:"interval"`    // default 10s; 0 disables active checks
+	Interval   Duration `yaml:"interval"`    // default 10s; "off" disables active checks
 	Timeout    Duration `yaml:"timeout"`     // default 2s
 	BackoffMin Duration `yaml:"backoff_min"` // default 1s
 	BackoffMax Duration `yaml:"backoff_max"` // default 60s
@@ -86,6 +89,24 @@ type Traffic struct {
 	Flush Duration `yaml:"flush"` // default 5s: how often counts are written
 	// ShareCache is how long /pricing reuses a read of the 7-day share. Default 10s.
 	ShareCache Duration `yaml:"share_cache"`
+}
+
+// Billing configures holds and their leases (docs/billing.md).
+type Billing struct {
+	// Disabled turns billing off: nothing is held or charged. For
+	// benchmarks and private deployments only.
+	Disabled bool `yaml:"disabled"`
+	// Lease is how long a hold outlives the process that placed it. Default 2m.
+	Lease Duration `yaml:"lease"`
+	// Renew is how often a process extends its holds' leases. Default lease/3.
+	Renew Duration `yaml:"renew"`
+	// Sweep is how often expired holds are released. Default 30s.
+	Sweep Duration `yaml:"sweep"`
+	// MaxBatch bounds how many holds and settles share one transaction. Default 512.
+	MaxBatch int `yaml:"max_batch"`
+	// Workers is how many billing transactions may run at once. Default 1
+	// with SQLite (one writer), 4 with PostgreSQL.
+	Workers int `yaml:"workers"`
 }
 
 // Model is one catalogue entry.
@@ -137,11 +158,18 @@ type Node struct {
 // Duration is a time.Duration written as "5m", "15s", ...
 type Duration time.Duration
 
-// UnmarshalYAML parses Go duration syntax.
+// Off is the value of a duration written "off" (where a key allows it).
+const Off Duration = -1
+
+// UnmarshalYAML parses Go duration syntax, or "off".
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
 		return fmt.Errorf("line %d: want a duration such as \"30s\"", n.Line)
+	}
+	if s == "off" {
+		*d = Off
+		return nil
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil || v < 0 {
@@ -157,9 +185,15 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns the time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// Load reads, parses and validates the file at path, resolving environment
-// variables it names through getenv (os.Getenv when nil).
-func Load(path string) (*Config, error) {
+// Load reads, parses and validates the file at path, resolving the
+// environment variables it names.
+func Load(path string) (*Config, error) { return load(path, true) }
+
+// LoadForStore is Load for commands that only manage the store (accounts,
+// keys, migrate, usage): the backends' key variables need not be set.
+func LoadForStore(path string) (*Config, error) { return load(path, false) }
+
+func load(path string, backendSecrets bool) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -168,7 +202,7 @@ func Load(path string) (*Config, error) {
 	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
 		dir = path[:i]
 	}
-	c, err := Parse(b, dir, os.Getenv)
+	c, err := parse(b, dir, os.Getenv, backendSecrets)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -178,6 +212,10 @@ func Load(path string) (*Config, error) {
 // Parse parses and validates a config document. Unknown keys are errors, so
 // a typo never silently falls back to a default.
 func Parse(b []byte, dir string, getenv func(string) string) (*Config, error) {
+	return parse(b, dir, getenv, true)
+}
+
+func parse(b []byte, dir string, getenv func(string) string, backendSecrets bool) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -186,7 +224,7 @@ func Parse(b []byte, dir string, getenv func(string) string) (*Config, error) {
 	}
 	c.Dir = dir
 	c.setDefaults()
-	if err := c.validate(getenv); err != nil {
+	if err := c.validate(getenv, backendSecrets); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -204,6 +242,7 @@ func (c *Config) setDefaults() {
 	def(&c.Timeouts.KeepAlive, 15*time.Second)
 	def(&c.Timeouts.Connect, 10*time.Second)
 	def(&c.Timeouts.Shutdown, 30*time.Second)
+	def(&c.Health.Interval, 10*time.Second)
 	def(&c.Health.Timeout, 2*time.Second)
 	def(&c.Health.BackoffMin, time.Second)
 	def(&c.Health.BackoffMax, time.Minute)
@@ -212,6 +251,12 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.Auth.Poll, time.Second)
 	def(&c.Traffic.Flush, 5*time.Second)
+	def(&c.Billing.Lease, 2*time.Minute)
+	def(&c.Billing.Renew, c.Billing.Lease.D()/3)
+	def(&c.Billing.Sweep, 30*time.Second)
+	if c.Billing.MaxBatch == 0 {
+		c.Billing.MaxBatch = 512
+	}
 	def(&c.Traffic.ShareCache, 10*time.Second)
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
@@ -221,7 +266,7 @@ func (c *Config) setDefaults() {
 }
 
 // validate checks everything and names the bad key with why.
-func (c *Config) validate(getenv func(string) string) error {
+func (c *Config) validate(getenv func(string) string, backendSecrets bool) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
@@ -253,11 +298,35 @@ func (c *Config) validate(getenv func(string) string) error {
 			bad("admin_token_env", "environment variable %s is empty or unset", c.AdminTokenEnv)
 		}
 	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{
+		{"timeouts.non_stream", c.Timeouts.NonStream}, {"timeouts.stream_total", c.Timeouts.StreamTotal},
+		{"timeouts.stream_idle", c.Timeouts.StreamIdle}, {"timeouts.keep_alive", c.Timeouts.KeepAlive},
+		{"timeouts.connect", c.Timeouts.Connect}, {"timeouts.shutdown", c.Timeouts.Shutdown},
+		{"health.timeout", c.Health.Timeout}, {"health.backoff_min", c.Health.BackoffMin},
+		{"health.backoff_max", c.Health.BackoffMax}, {"auth.poll", c.Auth.Poll},
+		{"traffic.flush", c.Traffic.Flush}, {"traffic.share_cache", c.Traffic.ShareCache},
+	} {
+		if d.v == Off {
+			bad(d.key, `"off" is allowed only for health.interval`)
+		}
+	}
 	if c.Timeouts.StreamIdle > c.Timeouts.StreamTotal {
 		bad("timeouts.stream_idle", "must not exceed timeouts.stream_total")
 	}
 	if c.Timeouts.KeepAlive <= 0 {
 		bad("timeouts.keep_alive", "must be positive")
+	}
+	if c.Billing.Renew >= c.Billing.Lease {
+		bad("billing.renew", "must be shorter than billing.lease (%s), or holds expire between renewals", c.Billing.Lease.D())
+	}
+	if c.Billing.MaxBatch < 1 {
+		bad("billing.max_batch", "must be at least 1")
+	}
+	if c.Billing.Workers < 0 {
+		bad("billing.workers", "must not be negative")
 	}
 	if c.Health.BackoffMin > c.Health.BackoffMax {
 		bad("health.backoff_min", "must not exceed health.backoff_max")
@@ -293,16 +362,18 @@ func (c *Config) validate(getenv func(string) string) error {
 			bad(key+".backends", "at least one backend is required")
 		}
 		for j := range m.Backends {
-			c.validateBackend(&m.Backends[j], fmt.Sprintf("%s.backends[%d]", key, j), getenv, bad)
+			c.validateBackend(&m.Backends[j], fmt.Sprintf("%s.backends[%d]", key, j), getenv, backendSecrets, bad)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (c *Config) validateBackend(b *Backend, key string, getenv func(string) string, bad func(string, string, ...any)) {
+func (c *Config) validateBackend(b *Backend, key string, getenv func(string) string, backendSecrets bool, bad func(string, string, ...any)) {
 	for _, cp := range b.Capabilities {
-		if _, ok := tollgate.ParseCapability(string(cp)); !ok {
-			bad(key+".capabilities", "unknown capability %q (known: tools, reasoning, image_input, pdf_input, web_search)", cp)
+		if cp == tollgate.CapWebSearch {
+			bad(key+".capabilities", "web_search is not a backend capability: tollgate serves web search itself for backends with tools")
+		} else if _, ok := tollgate.ParseCapability(string(cp)); !ok {
+			bad(key+".capabilities", "unknown capability %q (known: tools, reasoning, image_input, pdf_input)", cp)
 		}
 	}
 	if b.UpstreamModel == "" {
@@ -326,7 +397,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 			return ""
 		}
 		v := getenv(env)
-		if v == "" {
+		if v == "" && backendSecrets {
 			bad(k, "environment variable %s is empty or unset", env)
 		}
 		return v
@@ -336,8 +407,8 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		if len(b.Nodes) == 0 {
 			bad(key+".nodes", "a network backend needs at least one node")
 		}
-		if b.URL != "" || b.KeyEnv != "" || b.Flavour != "" {
-			bad(key, "url, key_env and flavour belong to each node of a network backend")
+		if b.URL != "" || b.KeyEnv != "" || b.Flavour != "" || b.MaxConcurrent != 0 {
+			bad(key, "url, key_env, flavour and max_concurrent belong to each node of a network backend")
 		}
 		names := map[string]bool{}
 		for n := range b.Nodes {
@@ -345,7 +416,12 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 			nk := fmt.Sprintf("%s.nodes[%d]", key, n)
 			checkURL(nk+".url", nd.URL)
 			if nd.Name == "" {
-				nd.Name = hostOf(nd.URL)
+				// Node names reach clients (X-Tollgate-Node): never the address itself.
+				sum := sha256.Sum256([]byte(nd.URL))
+				nd.Name = "node-" + hex.EncodeToString(sum[:4])
+			}
+			if nd.HealthURL != "" {
+				checkURL(nk+".health_url", nd.HealthURL)
 			}
 			if names[nd.Name] {
 				bad(nk+".name", "duplicate node name %q in this backend", nd.Name)
@@ -384,14 +460,6 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 	default:
 		bad(key+".class", "%q is not network or fallback", b.Class)
 	}
-}
-
-func hostOf(u string) string {
-	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return u
-	}
-	return p.Host
 }
 
 // Caps returns the backend's capability set.

@@ -179,6 +179,9 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		s.buf = append(s.buf, openai.DoneEvent...)
 	}
 	s.w.Header().Set("X-Tollgate-Cost", cost.String())
+	if u.Estimated {
+		s.w.Header().Set("X-Tollgate-Usage-Estimated", "true")
+	}
 	if _, err := s.w.Write(s.buf); err == nil {
 		_ = s.rc.Flush()
 	}
@@ -192,7 +195,7 @@ func (s *streamer) commit() {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	s.x.setServedHeaders(h)
-	h.Set("Trailer", "X-Tollgate-Cost")
+	h.Set("Trailer", "X-Tollgate-Cost, X-Tollgate-Usage-Estimated")
 	// No server-wide WriteTimeout (it would cut long streams): this stream's own.
 	_ = s.rc.SetWriteDeadline(time.Now().Add(s.x.r.opts.StreamTotal + time.Minute))
 	s.w.WriteHeader(http.StatusOK)

@@ -6,9 +6,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -36,6 +38,8 @@ type Server struct {
 	Ready  ReadyChecker
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Idempotency runs requests with an Idempotency-Key; nil: the header is ignored.
+	Idempotency *idempotency.Keeper
 
 	pricing pricingCache
 }
@@ -93,6 +97,11 @@ func (s *Server) handler(routes []route) http.Handler { return s.middleware(s.mu
 
 func (s *Server) mux(routes []route) *http.ServeMux {
 	mux := http.NewServeMux()
+	var paths []string
+	for _, rt := range routes {
+		paths = append(paths, rt.methods+" "+rt.path)
+	}
+	served := strings.Join(paths, ", ")
 	for _, rt := range routes {
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			if !allowed(rt.methods, r.Method) {
@@ -108,7 +117,7 @@ func (s *Server) mux(routes []route) *http.ServeMux {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
-			"%s %s is not served; tollgate serves POST /v1/chat/completions, GET /v1/models and GET /pricing", r.Method, r.URL.Path))
+			"%s %s is not served on this listener (it serves %s)", r.Method, r.URL.Path, served))
 	})
 	return mux
 }

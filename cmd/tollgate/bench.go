@@ -101,7 +101,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	cfgText := fmt.Sprintf(`listen:
   api: 127.0.0.1:0
 %shealth:
-  interval: 0s
+  interval: "off"
 traffic:
   flush: 1s
 models:

@@ -37,6 +37,7 @@ type harnessOptions struct {
 	timeouts  string // a `timeouts:` block
 	store     string // a `store:` block; default SQLite in the test's temp dir
 	credit    tollgate.Amount
+	models    string // more entries of the models list; {{name}} is a simulator's URL
 }
 
 // flavourSims are the per-flavour servers of the harness.
@@ -96,15 +97,14 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 `, name, f, f, urls[name], f)
 		}
 	}
-	text := demoConfig
+	text := demoConfig + flavModels.String() + o.models
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
 	}
-	text += flavModels.String()
 	if o.store != "" {
 		text = strings.Replace(text, "store:\n  sqlite: tollgate.db\n", o.store, 1)
 	}
-	text = strings.Replace(text, "health:\n  interval: 5s\n", "health:\n  interval: 0s\n", 1)
+	text = strings.Replace(text, "health:\n  interval: 5s\n", "health:\n  interval: \"off\"\n", 1)
 	text += o.timeouts + o.extraYAML
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tollgate.yaml")

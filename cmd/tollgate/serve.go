@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/auth"
+	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
@@ -35,6 +36,7 @@ type Main struct {
 	Traffic *traffic.Counter
 	Share   *traffic.Share
 	Relay   *relay.Relay
+	Biller  *billing.Biller // nil when billing.disabled
 	Server  *server.Server
 
 	servers []*http.Server
@@ -62,6 +64,14 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Traffic = traffic.NewCounter(st, traffic.CounterOptions{FlushInterval: cfg.Traffic.Flush.D(), Logger: m.Log})
 	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
 	cat := relay.NewCatalog(cfg, nil)
+	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log}
+	if !cfg.Billing.Disabled {
+		if m.Biller, err = newBiller(cfg, st, m.Log); err != nil {
+			st.Close()
+			return err
+		}
+		deps.Biller = m.Biller
+	}
 	m.Relay = relay.New(cat, relay.Options{
 		NonStreamTimeout: cfg.Timeouts.NonStream.D(),
 		StreamTotal:      cfg.Timeouts.StreamTotal.D(),
@@ -73,7 +83,7 @@ func (m *Main) Open(ctx context.Context) error {
 			BackoffMin:       cfg.Health.BackoffMin.D(),
 			BackoffMax:       cfg.Health.BackoffMax.D(),
 		},
-	}, relay.Deps{Traffic: m.Traffic, Log: m.Log})
+	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
@@ -82,7 +92,10 @@ func (m *Main) Open(ctx context.Context) error {
 
 	m.background(func() { _ = m.Auth.Run(bgctx) })
 	m.background(func() { _ = m.Traffic.Run(bgctx) })
-	m.background(func() { m.Relay.RunHealthChecks(bgctx, cfg.Health.Interval.D(), cfg.Health.Timeout.D()) })
+	if m.Biller != nil {
+		m.background(func() { _ = m.Biller.Run(bgctx) })
+	}
+	m.background(func() { m.Relay.RunHealthChecks(bgctx, max(cfg.Health.Interval.D(), 0), cfg.Health.Timeout.D()) })
 
 	m.addrs = map[string]string{}
 	listen := func(name, addr string, h http.Handler) error {
@@ -154,6 +167,9 @@ func (m *Main) Close(ctx context.Context) error {
 		m.cancel()
 	}
 	m.bg.Wait()
+	if m.Biller != nil {
+		m.Biller.Close()
+	}
 	if m.Traffic != nil {
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := m.Traffic.Flush(fctx); err != nil {

@@ -53,7 +53,7 @@ func (c *storeCommand) registerConfigFlag(fs *flag.FlagSet) {
 }
 
 func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
-	cfg, err := config.Load(c.configPath)
+	cfg, err := config.LoadForStore(c.configPath)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+const minimal = `
+listen: {api: "127.0.0.1:0"}
+store: {sqlite: data/t.db}
+models:
+  - id: m
+    kind: chat
+    context_length: 1000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up
+        capabilities: [tools]
+        rates: {input: "0.15", output: "0.6"}
+        nodes: [{url: "http://10.0.0.1:8000/v1", key_env: NODE_KEY}]
+      - class: fallback
+        upstream_model: up2
+        url: https://openrouter.example/api/v1
+        key_env: OR_KEY
+        flavour: openrouter
+        rates: {input: "1", output: "2.000001"}
+`
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestParseMinimalWithDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal), "/etc/tollgate", env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Driver != "sqlite" || c.Store.Path != "/etc/tollgate/data/t.db" {
+		t.Errorf("store = %+v", c.Store)
+	}
+	if c.Timeouts.NonStream.D() != 5*time.Minute || c.Timeouts.StreamTotal.D() != 30*time.Minute || c.Health.Interval.D() != 10*time.Second {
+		t.Errorf("defaults: %+v %+v", c.Timeouts, c.Health)
+	}
+	b := c.Models[0].Backends
+	if b[0].Nodes[0].Key != "n" || b[0].Nodes[0].Flavour != "vllm" || !strings.HasPrefix(b[0].Nodes[0].Name, "node-") {
+		t.Errorf("node = %+v", b[0].Nodes[0])
+	}
+	if strings.Contains(b[0].Nodes[0].Name, "10.0.0.1") {
+		t.Errorf("default node name leaks the address: %s", b[0].Nodes[0].Name)
+	}
+	if len(b[1].Nodes) != 1 || b[1].Nodes[0].Key != "o" || b[1].Nodes[0].Flavour != "openrouter" {
+		t.Errorf("fallback node = %+v", b[1].Nodes)
+	}
+	if b[1].Rates.Prices.Output != tollgate.MustParseRate("2.000001") {
+		t.Errorf("rate = %s", b[1].Rates.Prices.Output)
+	}
+}
+
+func TestValidationNamesTheKey(t *testing.T) {
+	cases := []struct{ edit, want string }{
+		{`kind: poet`, `models[0] (m).kind: "poet" is not one of coder, chat, cheap`},
+		{`input: "0.1234567"`, `models[0] (m).backends[0].rates.input`},
+		{`capabilities: [tools, web_search]`, `web_search is not a backend capability`},
+		{`capabilities: [tools, telepathy]`, `unknown capability "telepathy"`},
+		{`max_output_tokens: 5000`, `max_output_tokens: must not exceed context_length`},
+		{`flavour: vllm`, `backends[1].flavour: "vllm" is not a fallback flavour`},
+		{`url: "10.0.0.1:8000"`, `nodes[0].url`},
+		{`store: {sqlite: data/t.db, postgres_url_env: PG}`, `store: set either sqlite or postgres_url_env`},
+		{`listen: {apii: "127.0.0.1:0"}`, `field apii not found`},
+	}
+	for _, c := range cases {
+		old := strings.SplitN(c.edit, ":", 2)[0]
+		text := replaceFirst(minimal, old, c.edit)
+		if text == minimal {
+			t.Fatalf("%s: the edit changed nothing", c.edit)
+		}
+		_, err := Parse([]byte(text), ".", env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o", "PG": "postgres://x"}))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to contain %q", c.edit, err, c.want)
+		}
+	}
+}
+
+// replaceFirst replaces the first line whose trimmed text starts with key+":"
+// (or is a flow map entry for it) with edit.
+func replaceFirst(doc, key, edit string) string {
+	lines := strings.Split(doc, "\n")
+	for i, line := range lines {
+		t := strings.TrimSpace(line)
+		t = strings.TrimPrefix(t, "- ")
+		if strings.HasPrefix(t, key+":") {
+			lines[i] = strings.Replace(line, t, edit, 1)
+			return strings.Join(lines, "\n")
+		}
+		if j := strings.Index(line, key+": "); j >= 0 && strings.Contains(line, "{") {
+			// inside a flow map such as rates: {input: "0.15", ...}
+			end := strings.IndexAny(line[j:], ",}")
+			lines[i] = line[:j] + edit + line[j+end:]
+			return strings.Join(lines, "\n")
+		}
+	}
+	return doc
+}
+
+func TestSecretsAndStoreOnlyLoading(t *testing.T) {
+	_, err := Parse([]byte(minimal), ".", env(nil))
+	if err == nil || !strings.Contains(err.Error(), "NODE_KEY is empty or unset") || !strings.Contains(err.Error(), "OR_KEY is empty or unset") {
+		t.Fatalf("missing secrets: %v", err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.yaml")
+	if err := os.WriteFile(path, []byte(minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil {
+		t.Fatal("Load accepted a config whose backend keys are unset")
+	}
+	c, err := LoadForStore(path)
+	if err != nil {
+		t.Fatalf("LoadForStore needs no backend secrets: %v", err)
+	}
+	if c.Store.Path != filepath.Join(dir, "data/t.db") {
+		t.Errorf("store path = %s", c.Store.Path)
+	}
+}
+
+func TestOffOnlyForHealthInterval(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	c, err := Parse([]byte(minimal+"health: {interval: \"off\"}\n"), ".", e)
+	if err != nil || c.Health.Interval != Off {
+		t.Fatalf("interval off: %v %v", c, err)
+	}
+	if _, err := Parse([]byte(minimal+"timeouts: {non_stream: \"off\"}\n"), ".", e); err == nil || !strings.Contains(err.Error(), "timeouts.non_stream") {
+		t.Fatalf("non_stream off accepted: %v", err)
+	}
+	if _, err := Parse([]byte(minimal+"timeouts: {non_stream: \"soon\"}\n"), ".", e); err == nil {
+		t.Fatal("bad duration accepted")
+	}
+}
+
+func TestExampleConfigIsValid(t *testing.T) {
+	b, err := os.ReadFile("../tollgate.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(b, ".", func(string) string { return "x" }); err != nil {
+		t.Fatalf("tollgate.example.yaml: %v", err)
+	}
+}
