@@ -33,6 +33,9 @@ type Config struct {
 	AdminToken    string  `yaml:"-"`
 	Models        []Model `yaml:"models"`
 
+	// Idempotency configures Idempotency-Key (config/idempotency.go).
+	Idempotency Idempotency `yaml:"idempotency"`
+
 	// Dir is the directory of the config file; relative paths resolve against it.
 	Dir string `yaml:"-"`
 }
@@ -258,6 +261,7 @@ func (c *Config) setDefaults() {
 		c.Billing.MaxBatch = 512
 	}
 	def(&c.Traffic.ShareCache, 10*time.Second)
+	c.Idempotency.setDefaults()
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
 			c.Models[i].OwnedBy = "tollgate"
@@ -331,6 +335,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	if c.Health.BackoffMin > c.Health.BackoffMax {
 		bad("health.backoff_min", "must not exceed health.backoff_max")
 	}
+	c.Idempotency.validate(bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}

@@ -41,7 +41,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	call.Body = buf.Bytes()
-	return s.Relay.ServeChat(w, r, call)
+	return s.serveChat(w, r, call)
 }
 
 // readBody reads at most MaxBodyBytes. A larger body is 413 whether it came

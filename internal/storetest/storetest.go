@@ -36,6 +36,7 @@ func Run(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"TrafficWindow", testTrafficWindow},
 		{"TrafficConcurrent", testTrafficConcurrent},
 		{"ConcurrentWrites", testConcurrentWrites},
+		{"Idempotency", testIdempotency},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,22 @@
+-- Idempotency-Key (docs/idempotency.md): one row per key in use or
+-- remembered. Times are INTEGER unix microseconds.
+--
+-- A row is in flight while status = 0: owner holds it until expires (the
+-- lease, renewed while the request runs). Once the request succeeded, status,
+-- header and body hold its response and expires is when it is forgotten.
+-- A row whose expires has passed is free: the next claim takes it over, and
+-- the purge deletes it.
+CREATE TABLE idempotency_keys (
+    scope       TEXT    NOT NULL, -- the account id
+    key         TEXT    NOT NULL, -- the header's value (printable ASCII, at most 255 bytes)
+    fingerprint BLOB    NOT NULL, -- SHA-256 of the model and the canonical body
+    owner       TEXT    NOT NULL, -- request id of the attempt holding (or having held) the key
+    created     INTEGER NOT NULL, -- when that attempt began
+    expires     INTEGER NOT NULL, -- end of the lease (in flight) or of the memory (done)
+    status      INTEGER NOT NULL DEFAULT 0, -- 0: in flight; else the stored HTTP status
+    header      TEXT    NOT NULL DEFAULT '',
+    body        BLOB,
+    PRIMARY KEY (scope, key)
+) STRICT;
+
+CREATE INDEX idempotency_keys_expires ON idempotency_keys (expires);
