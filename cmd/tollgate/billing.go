@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/config"
+)
+
+// billingStore is what the stores offer for billing and the operator's tools.
+type billingStore interface {
+	billing.Store
+	billing.BooksStore
+}
+
+// newBiller builds the Biller on the config's store.
+func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billing.Biller, error) {
+	bs, ok := st.(billing.Store)
+	if !ok {
+		return nil, fmt.Errorf("billing: the %s store keeps no holds", cfg.Store.Driver)
+	}
+	workers := cfg.Billing.Workers
+	if workers == 0 {
+		workers = 1 // SQLite has one writer
+		if cfg.Store.Driver == "postgres" {
+			workers = 4
+		}
+	}
+	return billing.New(bs, billing.Options{
+		Lease:    cfg.Billing.Lease.D(),
+		Renew:    cfg.Billing.Renew.D(),
+		Sweep:    cfg.Billing.Sweep.D(),
+		MaxAge:   max(cfg.Timeouts.StreamTotal.D(), cfg.Timeouts.NonStream.D()) + time.Minute,
+		MaxBatch: cfg.Billing.MaxBatch,
+		Workers:  workers,
+		Logger:   log,
+	}), nil
+}
+
+// books returns the store's operator view, or an error naming the driver.
+func books(st tollgate.Store) (billingStore, error) {
+	bs, ok := st.(billingStore)
+	if !ok {
+		return nil, fmt.Errorf("this store keeps no ledger")
+	}
+	return bs, nil
+}
