@@ -62,6 +62,11 @@ type EventReader struct {
 	// LastEventID is the value of the last "id:" field seen (kept for
 	// completeness; tollgate does not resume streams).
 	LastEventID string
+	// OnWait, when set, is called just before the reader reads from its
+	// source, which may block: everything already received has been handed
+	// out. The relay flushes its client there, so chunks that arrived
+	// together go out in one write and none waits for the next one.
+	OnWait func()
 }
 
 // NewEventReader returns a reader with DefaultMaxLineBytes as its line limit.
@@ -79,7 +84,7 @@ func NewEventReaderSize(r io.Reader, maxLine int) *EventReader {
 
 // Reset makes the reader read from r, keeping its buffers.
 func (er *EventReader) Reset(r io.Reader) {
-	*er = EventReader{r: r, buf: er.buf, data: er.data[:0], name: er.name[:0], max: er.max}
+	*er = EventReader{r: r, buf: er.buf, data: er.data[:0], name: er.name[:0], max: er.max, OnWait: er.OnWait}
 }
 
 // Next returns the next event or comment. It returns io.EOF at the end of the
@@ -238,6 +243,9 @@ func (er *EventReader) fill() {
 		nb := make([]byte, size)
 		copy(nb, er.buf[:er.end])
 		er.buf = nb
+	}
+	if er.OnWait != nil {
+		er.OnWait()
 	}
 	for tries := 0; tries < 100; tries++ {
 		n, err := er.r.Read(er.buf[er.end:])

@@ -197,3 +197,43 @@ func FuzzEventReader(f *testing.F) {
 		}
 	})
 }
+
+// OnWait runs before every read from the source and never while whole
+// events are still buffered.
+func TestEventReaderOnWait(t *testing.T) {
+	src := &chunkedReader{parts: []string{"data: a\n\ndata: b\n\n", "data: c\n", "\n"}}
+	er := NewEventReader(src)
+	waits := 0
+	er.OnWait = func() { waits++ }
+	var got []string
+	var waitsBefore []int
+	for {
+		ev, err := er.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, string(ev.Data))
+		waitsBefore = append(waitsBefore, waits)
+	}
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("events = %v", got)
+	}
+	// a: one read; b: already buffered (no wait); c: two more reads.
+	if waitsBefore[0] != 1 || waitsBefore[1] != 1 || waitsBefore[2] != 3 {
+		t.Fatalf("waits before each event = %v, want [1 1 3]", waitsBefore)
+	}
+}
+
+type chunkedReader struct{ parts []string }
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if len(c.parts) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.parts[0])
+	c.parts[0] = c.parts[0][n:]
+	if c.parts[0] == "" {
+		c.parts = c.parts[1:]
+	}
+	return n, nil
+}

@@ -30,6 +30,7 @@ type streamer struct {
 	buf []byte
 
 	committed bool  // status and headers sent
+	pending   bool  // written but not flushed
 	writeErr  error // the client stopped reading
 
 	lastWrite    atomic.Int64 // unix nanos of the last bytes sent to the client
@@ -81,6 +82,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 			break
 		}
 		er := openai.NewEventReader(resp.Body)
+		er.OnWait = s.flush
 		for {
 			ev, err := er.Next()
 			if err != nil {
@@ -202,7 +204,9 @@ func (s *streamer) commit() {
 	s.committed = true
 }
 
-// send writes one chunk and flushes it at once. It reports false when the
+// send writes one chunk. It is flushed before the reader next waits for the
+// backend (flush, via EventReader.OnWait): chunks that arrived together leave
+// in one write, and no chunk waits for a later one. It reports false when the
 // client can no longer be written to.
 func (s *streamer) send(chunk []byte) bool {
 	s.mu.Lock()
@@ -218,12 +222,23 @@ func (s *streamer) send(chunk []byte) bool {
 		s.writeErr = err
 		return false
 	}
+	s.pending = true
+	return true
+}
+
+// flush sends what was written to the client.
+func (s *streamer) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.pending || s.writeErr != nil {
+		return
+	}
+	s.pending = false
 	if err := s.rc.Flush(); err != nil {
 		s.writeErr = err
-		return false
+		return
 	}
 	s.lastWrite.Store(s.x.r.now().UnixNano())
-	return true
 }
 
 // watchdog sends `: keep-alive` comments while nothing else is written and
