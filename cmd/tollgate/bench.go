@@ -63,6 +63,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	modConc := fs.Int("moderate", 4, "concurrent clients for the latency phases (moderate load)")
 	tokens := fs.Int("tokens", 16, "completion tokens per answer")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	billingOn := fs.Bool("billing", true, "bill requests (holds, settles, ledger); false measures the serving core alone")
 	storeKind := fs.String("store", "sqlite", "tollgate's store: sqlite, or postgres (URL from TOLLGATE_TEST_POSTGRES)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
@@ -97,6 +98,9 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	storeYAML := "store:\n  sqlite: bench.db\n"
 	if *storeKind == "postgres" {
 		storeYAML = "store:\n  postgres_url_env: TOLLGATE_TEST_POSTGRES\n"
+	}
+	if !*billingOn {
+		storeYAML += "billing:\n  disabled: true\n"
 	}
 	cfgText := fmt.Sprintf(`listen:
   api: 127.0.0.1:0
@@ -238,8 +242,8 @@ models:
 		{label: "streamed, saturated", stream: true, workers: *conc},
 		{label: "streamed, moderate", stream: true, workers: *modConc},
 	}
-	fmt.Fprintf(c.stdout, "tollgate bench: %d CPUs, GOMAXPROCS %d, %s per phase, %d completion tokens, store %s\n\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind)
+	fmt.Fprintf(c.stdout, "tollgate bench: %d CPUs, GOMAXPROCS %d, %s per phase, %d completion tokens, store %s, billing %v\n\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind, *billingOn)
 	for _, p := range pairs {
 		p.direct = run(direct, p.stream, p.workers)
 		p.through = run(through, p.stream, p.workers)
