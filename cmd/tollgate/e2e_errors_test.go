@@ -436,3 +436,30 @@ func TestModelsAndPricing(t *testing.T) {
 		t.Errorf("pricing after 3 network + 1 fallback: %s", b)
 	}
 }
+
+// A node that refused connections is out; when it answers its health
+// endpoint again, an active probe brings it back.
+func TestNodeComesBackAfterProbe(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for _, f := range []string{"vllm", "llamacpp", "ollama", "sglang"} {
+		sim := h.sim(f)
+		if err := sim.RefuseConnections(true); err != nil {
+			t.Fatal(err)
+		}
+		body := `{"model":"flav-` + f + `",` + hiMessages + `}`
+		status, _, b := h.post("/v1/chat/completions", body, nil)
+		expectError(t, status, b, 503, "backend_unavailable", "")
+		if err := sim.RefuseConnections(false); err != nil {
+			t.Fatal(err)
+		}
+		// Still down: nothing probed it yet, and its backoff holds it out.
+		if status, _, _ := h.post("/v1/chat/completions", body, nil); status != 503 {
+			t.Errorf("%s: down node served before any probe: %d", f, status)
+		}
+		waitFor(t, 10*time.Second, func() bool {
+			h.main.Relay.ProbeAll(context.Background(), time.Second)
+			status, _, _ := h.post("/v1/chat/completions", body, nil)
+			return status == 200
+		})
+	}
+}
