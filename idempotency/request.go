@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 
@@ -38,23 +39,18 @@ func Fingerprint(model, body []byte) []byte {
 	h.Write([]byte("tollgate idempotency v1\n"))
 	h.Write(model)
 	h.Write([]byte{'\n'})
-	inStr, esc := false, false
+	// Strings are skipped whole (closingQuote finds their end with
+	// IndexByte, which is vectorised); whitespace between them is dropped.
 	start := 0
-	for i, c := range body {
-		if inStr {
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
-			continue
-		}
-		switch c {
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
 		case '"':
-			inStr = true
+			j := closingQuote(body, i+1)
+			if j < 0 {
+				i = len(body)
+				break
+			}
+			i = j
 		case ' ', '\t', '\n', '\r':
 			if start < i {
 				h.Write(body[start:i])
@@ -146,15 +142,32 @@ func skipWS(b []byte, i int) int {
 
 // skipString returns the index after the string starting at b[i] == '"', or -1.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
+	j := closingQuote(b, i+1)
+	if j < 0 {
+		return -1
 	}
-	return -1
+	return j + 1
+}
+
+// closingQuote returns the index of the quote that ends the string whose
+// contents start at b[i], or -1: the first '"' not escaped by an odd run of
+// backslashes.
+func closingQuote(b []byte, i int) int {
+	for {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return -1
+		}
+		j += i
+		n := 0
+		for k := j - 1; k >= i && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j
+		}
+		i = j + 1
+	}
 }
 
 // skipValue returns the index after the JSON value starting at b[i], or -1.

@@ -89,6 +89,10 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
+	if err := m.openIdempotency(bgctx); err != nil {
+		m.Close(ctx)
+		return err
+	}
 
 	m.background(func() { _ = m.Auth.Run(bgctx) })
 	m.background(func() { _ = m.Traffic.Run(bgctx) })
