@@ -22,6 +22,8 @@ func (c *accountsCmd) Run(ctx context.Context, args []string) error {
 		{"show", "show one account and its keys", &accountsShowCmd{stdout: c.stdout, stderr: c.stderr}},
 		{"disable", "refuse every key of an account (403 account_disabled)", &accountsSetDisabledCmd{stdout: c.stdout, stderr: c.stderr, disabled: true}},
 		{"enable", "accept the account's keys again", &accountsSetDisabledCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"credit", "add to an account's balance (ledger entry)", &accountsPostCmd{stdout: c.stdout, stderr: c.stderr, kind: tollgate.LedgerCredit}},
+		{"debit", "take from an account's balance (ledger entry)", &accountsPostCmd{stdout: c.stdout, stderr: c.stderr, kind: tollgate.LedgerDebit}},
 	}, args, c.stderr)
 }
 
@@ -147,11 +149,19 @@ Shows one account and its keys (prefixes only; secrets are never stored).`, c.st
 	if err != nil {
 		return err
 	}
+	var money tollgate.Balance
+	if bs, err := books(st); err == nil {
+		if money, err = bs.Balance(ctx, a.ID); err != nil {
+			return err
+		}
+	}
 	if c.json {
 		return writeJSON(c.stdout, struct {
 			Account tollgate.Account `json:"account"`
+			Held    tollgate.Amount  `json:"held"`
+			Free    tollgate.Amount  `json:"free"`
 			Keys    []tollgate.Key   `json:"keys"`
-		}{a, keys})
+		}{a, money.Held, money.Free, keys})
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id:\t%s\n", a.ID)
@@ -159,6 +169,8 @@ Shows one account and its keys (prefixes only; secrets are never stored).`, c.st
 	fmt.Fprintf(tw, "created:\t%s\n", a.Created.Format(time.RFC3339))
 	fmt.Fprintf(tw, "status:\t%s\n", accountStatus(a))
 	fmt.Fprintf(tw, "balance:\t%s USD\n", a.Balance)
+	fmt.Fprintf(tw, "held:\t%s USD\n", money.Held)
+	fmt.Fprintf(tw, "free:\t%s USD\n", money.Free)
 	fmt.Fprintf(tw, "keys:\t%d\n", len(keys))
 	if err := tw.Flush(); err != nil {
 		return err

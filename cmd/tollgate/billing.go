@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 )
@@ -47,4 +49,21 @@ func books(st tollgate.Store) (billingStore, error) {
 		return nil, fmt.Errorf("this store keeps no ledger")
 	}
 	return bs, nil
+}
+
+// adminRoutes is the admin API for the admin listener (nil when the store
+// keeps no ledger). Without an admin token every request is 401.
+func adminRoutes(cfg *config.Config, st tollgate.Store, log *slog.Logger) map[string]http.Handler {
+	as, ok := st.(admin.Store)
+	if !ok {
+		return nil
+	}
+	return admin.New(as, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Log: log}).Routes()
+}
+
+// auditGrace is how long past its lease a hold may live before the audit
+// calls it orphaned: two sweeps and a renewal, so a running sweeper always
+// has had its chance.
+func auditGrace(cfg *config.Config) time.Duration {
+	return 2*cfg.Billing.Sweep.D() + cfg.Billing.Renew.D()
 }

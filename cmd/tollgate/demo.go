@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/simulate"
 )
@@ -198,7 +199,7 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 			return secret, nil
 		}
 	}
-	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "demo", Balance: credit, Created: time.Now().UTC()}
+	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "demo", Created: time.Now().UTC()}
 	accts, err := st.Accounts(ctx)
 	if err != nil {
 		return "", err
@@ -213,6 +214,12 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 	if !found {
 		if err := st.CreateAccount(ctx, acct); err != nil {
 			return "", fmt.Errorf("create demo account: %w", err)
+		}
+		// The credit goes through the ledger, like any operator's top-up.
+		if bs, err := books(st); err == nil && credit > 0 {
+			if _, err := billing.Post(ctx, bs, tollgate.LedgerCredit, acct.ID, credit, "demo credit", time.Now()); err != nil {
+				return "", fmt.Errorf("credit demo account: %w", err)
+			}
 		}
 	}
 	secret := tollgate.NewKeySecret()

@@ -34,6 +34,8 @@ type keysCreateCmd struct {
 	name           string
 	expires        string
 	models         string
+	spendLimit     string
+	rpm, tpm       int64
 	json           bool
 	now            func() time.Time // tests fix the clock
 }
@@ -48,6 +50,9 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 	fs.StringVar(&c.name, "name", "", "a name for the key")
 	fs.StringVar(&c.expires, "expires", "", "when the key stops working: a duration from now (720h, 30d) or a time (RFC 3339 or YYYY-MM-DD, UTC); default never")
 	fs.StringVar(&c.models, "models", "", "comma-separated catalogue model ids the key may call; default all")
+	fs.StringVar(&c.spendLimit, "spend-limit", "", "USD the key may spend in all (charges plus holds in flight); default no limit (403 key_limit_reached)")
+	fs.Int64Var(&c.rpm, "rpm", 0, "requests per minute (429 rate_limit_exceeded); default no limit")
+	fs.Int64Var(&c.tpm, "tpm", 0, "tokens per minute, prompt bound plus output cap while in flight, actual tokens after; default no limit")
 	fs.BoolVar(&c.json, "json", false, "print {\"key\": ..., \"secret\": ...} as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -55,6 +60,15 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 	}
 	if err := wantArgs(fs, pos, 0, ""); err != nil {
 		return err
+	}
+	var spendLimit tollgate.Amount
+	if c.spendLimit != "" {
+		if spendLimit, err = tollgate.ParseAmount(c.spendLimit); err != nil || spendLimit <= 0 {
+			return usageError{fmt.Sprintf("--spend-limit %q: want a positive decimal number of USD", c.spendLimit)}
+		}
+	}
+	if c.rpm < 0 || c.tpm < 0 {
+		return usageError{"--rpm and --tpm must not be negative"}
 	}
 	if c.account == "" {
 		fs.Usage()
@@ -99,6 +113,9 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 		Created:       created,
 		Expires:       expires,
 		AllowedModels: models,
+		SpendLimit:    spendLimit,
+		RPM:           c.rpm,
+		TPM:           c.tpm,
 	}
 	if k.AllowedModels == nil {
 		k.AllowedModels = []string{}

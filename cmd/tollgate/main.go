@@ -28,6 +28,8 @@ var commandSummaries = [][2]string{
 	{"simulate", "run a simulated model server (vllm, sglang, llamacpp, ollama, openai, openrouter)"},
 	{"accounts", "create, list, show, disable and enable accounts"},
 	{"keys", "create, list and revoke API keys"},
+	{"usage", "sum charges by account, key, model, backend and period (table, CSV, JSON)"},
+	{"audit", "check that every balance is the sum of its ledger and no hold is orphaned"},
 	{"migrate", "create the store and apply pending schema migrations"},
 }
 
@@ -37,6 +39,10 @@ func newCommand(name string, stdout, stderr io.Writer) command {
 		return &accountsCmd{stdout: stdout, stderr: stderr}
 	case "keys":
 		return &keysCmd{stdout: stdout, stderr: stderr}
+	case "usage":
+		return &usageCmd{stdout: stdout, stderr: stderr}
+	case "audit":
+		return &auditCmd{stdout: stdout, stderr: stderr}
 	case "migrate":
 		return &migrateCmd{stdout: stdout, stderr: stderr}
 	case "simulate":

@@ -1,0 +1,273 @@
+// Package admin is the operator's HTTP API on the admin listener: balances,
+// credits and debits, usage reports and the audit of the books
+// (docs/admin-api.md). Every request needs the admin token as a bearer
+// token; it is compared in constant time.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+)
+
+// Store is what the admin API reads and writes.
+type Store interface {
+	billing.BooksStore
+	Account(ctx context.Context, id string) (tollgate.Account, error)
+}
+
+// Options configure the API.
+type Options struct {
+	// Token is the admin token; empty refuses every request.
+	Token string
+	// AuditGrace is how long past its lease a hold may live before the
+	// audit calls it orphaned (the sweep interval plus a margin).
+	AuditGrace time.Duration
+	Log        *slog.Logger
+	Now        func() time.Time
+}
+
+// Prefix is where the API is mounted.
+const Prefix = "/admin/v1/"
+
+// API serves the admin routes.
+type API struct {
+	st    Store
+	opts  Options
+	token [32]byte
+	mux   *http.ServeMux
+}
+
+// New builds the API.
+func New(st Store, o Options) *API {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	a := &API{st: st, opts: o, token: sha256.Sum256([]byte(o.Token)), mux: http.NewServeMux()}
+	a.route("GET /admin/v1/accounts/{id}", a.showAccount)
+	a.route("POST /admin/v1/accounts/{id}/credit", a.post(tollgate.LedgerCredit))
+	a.route("POST /admin/v1/accounts/{id}/debit", a.post(tollgate.LedgerDebit))
+	a.route("GET /admin/v1/usage", a.usage)
+	a.route("GET /admin/v1/audit", a.audit)
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, a.opts.Log, tollgate.Errorf(tollgate.CodeNotFound, "%s %s is not an admin API route", r.Method, r.URL.Path))
+	})
+	return a
+}
+
+// Routes is the map to hand to server.AdminHandler.
+func (a *API) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: a} }
+
+func (a *API) route(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, a.opts.Log, err)
+		}
+	})
+}
+
+// ServeHTTP checks the token, then routes.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(r.Header.Get("Authorization")) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+		writeError(w, a.opts.Log, tollgate.Errorf(tollgate.CodeUnauthorized, "the admin API needs Authorization: Bearer <admin token>"))
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+// authorized compares hashes of the presented and the configured token, so
+// the comparison takes the same time whatever the lengths.
+func (a *API) authorized(header string) bool {
+	if a.opts.Token == "" {
+		return false
+	}
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return false
+	}
+	h := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(h[:], a.token[:]) == 1
+}
+
+// AccountView is an account with its money.
+type AccountView struct {
+	tollgate.Account
+	Held tollgate.Amount `json:"held"`
+	Free tollgate.Amount `json:"free"`
+}
+
+func (a *API) showAccount(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	acct, err := a.st.Account(r.Context(), id)
+	if err != nil {
+		return notFound("account", id, err)
+	}
+	b, err := a.st.Balance(r.Context(), id)
+	if err != nil {
+		return notFound("account", id, err)
+	}
+	acct.Balance = b.Balance
+	return writeJSON(w, http.StatusOK, AccountView{Account: acct, Held: b.Held, Free: b.Free})
+}
+
+// PostRequest is the body of a credit or a debit.
+type PostRequest struct {
+	Amount tollgate.Amount `json:"amount"`
+	Note   string          `json:"note"`
+}
+
+func (a *API) post(kind tollgate.LedgerKind) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var req PostRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
+				`want {"amount": "12.50", "note": "..."} with the amount a decimal string of USD: %v`, err)
+		}
+		id := r.PathValue("id")
+		e, err := billing.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, a.opts.Now())
+		if err != nil {
+			return notFound("account", id, err)
+		}
+		a.opts.Log.Info("ledger entry posted", "kind", kind, "account", id, "amount", e.Amount.String(), "entry", e.ID)
+		b, err := a.st.Balance(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, struct {
+			Entry   tollgate.LedgerEntry `json:"entry"`
+			Balance tollgate.Balance     `json:"balance"`
+		}{e, b})
+	}
+}
+
+func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f, err := ParseFilter(q.Get("account"), q.Get("key"), q.Get("model"), q.Get("backend"), q.Get("since"), q.Get("until"), a.opts.Now())
+	if err != nil {
+		return err
+	}
+	var by []string
+	if v := q.Get("by"); v != "" {
+		by = strings.Split(v, ",")
+	}
+	rows, err := billing.Usage(r.Context(), a.st, f, by, q.Get("period"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Object string             `json:"object"`
+		Data   []billing.UsageRow `json:"data"`
+	}{"list", rows})
+}
+
+func (a *API) audit(w http.ResponseWriter, r *http.Request) error {
+	rep, err := billing.Audit(r.Context(), a.st, a.opts.Now(), a.opts.AuditGrace)
+	if err != nil {
+		return err
+	}
+	rep.Details = nil
+	return writeJSON(w, http.StatusOK, rep)
+}
+
+// ParseFilter reads a usage filter; since and until are RFC 3339 times,
+// dates (YYYY-MM-DD, UTC) or durations back from now ("24h").
+func ParseFilter(account, key, model, backend, since, until string, now time.Time) (tollgate.UsageFilter, error) {
+	f := tollgate.UsageFilter{AccountID: account, KeyID: key, Model: model, Class: tollgate.BackendClass(backend)}
+	if backend != "" && f.Class != tollgate.ClassNetwork && f.Class != tollgate.ClassFallback {
+		return f, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "backend", "backend %q: want network or fallback", backend)
+	}
+	var err error
+	if f.Since, err = parseWhen(since, now); err != nil {
+		return f, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "since", "since: %v", err)
+	}
+	if f.Until, err = parseWhen(until, now); err != nil {
+		return f, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "until", "until: %v", err)
+	}
+	return f, nil
+}
+
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, errors.New("want a time (2026-01-31T00:00:00Z), a date (2026-01-31) or a duration back from now (24h)")
+}
+
+func notFound(what, id string, err error) error {
+	if errors.Is(err, tollgate.ErrNotFound) {
+		return tollgate.Errorf(tollgate.CodeNotFound, "%s %s does not exist", what, id)
+	}
+	return err
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func statusOf(c tollgate.Code) int {
+	switch c {
+	case tollgate.CodeInvalidRequest, tollgate.CodeInvalidJSON:
+		return http.StatusBadRequest
+	case tollgate.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case tollgate.CodeInsufficientBalance:
+		return http.StatusPaymentRequired
+	case tollgate.CodeNotFound:
+		return http.StatusNotFound
+	case tollgate.CodeConflict:
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError writes the same error envelope as the API listener.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	var e *tollgate.Error
+	if !errors.As(err, &e) {
+		log.Error("admin API error", "err", err)
+		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error"}
+	}
+	var body struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	body.Error.Message, body.Error.Type, body.Error.Code = e.Message, "invalid_request_error", string(e.Code)
+	if e.Param != "" {
+		body.Error.Param = &e.Param
+	}
+	if statusOf(e.Code) >= 500 {
+		body.Error.Type = "server_error"
+	}
+	_ = writeJSON(w, statusOf(e.Code), body)
+}

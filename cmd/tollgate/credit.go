@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+)
+
+// accountsPostCmd is `tollgate accounts credit|debit ACCOUNT_ID AMOUNT`.
+type accountsPostCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+	kind           tollgate.LedgerKind
+	note           string
+	json           bool
+}
+
+func (c *accountsPostCmd) Run(ctx context.Context, args []string) error {
+	verb := string(c.kind)
+	help := "Adds AMOUNT USD to the account's balance, with a ledger entry."
+	if c.kind == tollgate.LedgerDebit {
+		help = "Takes AMOUNT USD from the account's balance, with a ledger entry. A debit may\nnot take more than the free balance (the balance minus what requests in flight hold)."
+	}
+	fs := newFlagSet("accounts "+verb, "accounts "+verb+" ACCOUNT_ID AMOUNT [--note TEXT] [--json] [--config FILE]\n\n"+help+"\nAMOUNT is a decimal number of USD with at most 12 decimals (e.g. 25 or 0.50).", c.stderr)
+	c.registerConfigFlag(fs)
+	fs.StringVar(&c.note, "note", "", "why (kept in the ledger)")
+	fs.BoolVar(&c.json, "json", false, "print {\"entry\": ..., \"balance\": ...} as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, "ACCOUNT_ID and AMOUNT"); err != nil {
+		return err
+	}
+	amount, err := tollgate.ParseAmount(pos[1])
+	if err != nil || amount <= 0 {
+		return usageError{fmt.Sprintf("AMOUNT %q: want a positive decimal number of USD", pos[1])}
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	bs, err := books(st)
+	if err != nil {
+		return err
+	}
+	e, err := billing.Post(ctx, bs, c.kind, pos[0], amount, c.note, time.Now())
+	if err != nil {
+		return notFound("account", pos[0], err)
+	}
+	b, err := bs.Balance(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(c.stdout, struct {
+			Entry   tollgate.LedgerEntry `json:"entry"`
+			Balance tollgate.Balance     `json:"balance"`
+		}{e, b})
+	}
+	fmt.Fprintf(c.stdout, "%s %s USD on %s (entry %s); balance %s USD, held %s USD, free %s USD\n",
+		c.kind, amount, pos[0], e.ID, b.Balance, b.Held, b.Free)
+	return nil
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/billing"
+)
+
+// usageCmd is `tollgate usage`: charges summed by account, key, model,
+// backend and period, from the ledger.
+type usageCmd struct {
+	storeCommand
+	stdout, stderr                   io.Writer
+	account, key, model, backend     string
+	since, until, by, period, format string
+	json, csv                        bool
+}
+
+func (c *usageCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("usage", `usage [--account ID] [--key ID] [--model ID] [--backend network|fallback]
+	[--since WHEN] [--until WHEN] [--by account,key,model,backend] [--period hour|day|month]
+	[--csv | --json] [--config FILE]
+
+Sums the charges in the ledger: requests, tokens (prompt, completion, cached,
+reasoning), how many were estimated, the cost charged and any uncollected
+excess. WHEN is a time (RFC 3339), a date (YYYY-MM-DD, UTC) or a duration back
+from now (24h). Without --by and --period, one total row.`, c.stderr)
+	c.registerConfigFlag(fs)
+	fs.StringVar(&c.account, "account", "", "only this account")
+	fs.StringVar(&c.key, "key", "", "only this key (id)")
+	fs.StringVar(&c.model, "model", "", "only this catalogue model")
+	fs.StringVar(&c.backend, "backend", "", "only this backend class (network or fallback)")
+	fs.StringVar(&c.since, "since", "", "from this time on (inclusive)")
+	fs.StringVar(&c.until, "until", "", "before this time")
+	fs.StringVar(&c.by, "by", "", "group by these, comma-separated: "+strings.Join(billing.UsageGroups, ", "))
+	fs.StringVar(&c.period, "period", "", "group by period (UTC): "+strings.Join(billing.UsagePeriods, ", "))
+	fs.BoolVar(&c.json, "json", false, "print a JSON array")
+	fs.BoolVar(&c.csv, "csv", false, "print CSV with a header row")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return err
+	}
+	if c.json && c.csv {
+		return usageError{"--json and --csv exclude each other"}
+	}
+	f, err := admin.ParseFilter(c.account, c.key, c.model, c.backend, c.since, c.until, time.Now())
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	var by []string
+	if c.by != "" {
+		by = splitList(c.by)
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	bs, err := books(st)
+	if err != nil {
+		return err
+	}
+	rows, err := billing.Usage(ctx, bs, f, by, c.period)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	switch {
+	case c.json:
+		return writeJSON(c.stdout, rows)
+	case c.csv:
+		return writeUsageCSV(c.stdout, by, c.period != "", rows)
+	}
+	return writeUsageTable(c.stdout, by, c.period != "", rows)
+}
+
+func usageColumns(by []string, period bool, r billing.UsageRow) (head, vals []string) {
+	if period {
+		head, vals = append(head, "period"), append(vals, r.Period)
+	}
+	for _, g := range billing.UsageGroups {
+		if !containsString(by, g) {
+			continue
+		}
+		head = append(head, g)
+		switch g {
+		case "account":
+			vals = append(vals, r.Account)
+		case "key":
+			vals = append(vals, r.Key)
+		case "model":
+			vals = append(vals, r.Model)
+		case "backend":
+			vals = append(vals, r.Backend)
+		}
+	}
+	i := strconv.FormatInt
+	head = append(head, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "estimated", "cost_usd", "uncollected_usd")
+	vals = append(vals, i(r.Requests, 10), i(r.PromptTokens, 10), i(r.CompletionTokens, 10), i(r.CachedTokens, 10),
+		i(r.ReasoningTokens, 10), i(r.Estimated, 10), r.Cost.String(), r.Uncollected.String())
+	return head, vals
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func writeUsageCSV(w io.Writer, by []string, period bool, rows []billing.UsageRow) error {
+	cw := csv.NewWriter(w)
+	head, _ := usageColumns(by, period, billing.UsageRow{})
+	if err := cw.Write(head); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		_, vals := usageColumns(by, period, r)
+		if err := cw.Write(vals); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func writeUsageTable(w io.Writer, by []string, period bool, rows []billing.UsageRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	head, _ := usageColumns(by, period, billing.UsageRow{})
+	fmt.Fprintln(tw, strings.ToUpper(strings.Join(head, "\t"))+"\t")
+	for _, r := range rows {
+		_, vals := usageColumns(by, period, r)
+		fmt.Fprintln(tw, strings.Join(vals, "\t")+"\t")
+	}
+	return tw.Flush()
+}
