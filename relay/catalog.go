@@ -59,6 +59,14 @@ type Node struct {
 
 	inflight atomic.Int64
 	health   nodeHealth
+	authOnce sync.Once
+	authHdr  []string
+}
+
+// authorization is the node's Authorization header value, built once.
+func (n *Node) authorization() []string {
+	n.authOnce.Do(func() { n.authHdr = []string{"Bearer " + n.Key} })
+	return n.authHdr
 }
 
 // Lookup returns the model with that id.

@@ -238,6 +238,11 @@ func holdAmount(p tollgate.Prices, promptBound, outputCap int64) (tollgate.Amoun
 	return p.Cost(promptBound, outputCap)
 }
 
+var (
+	jsonContentType = []string{"application/json"}
+	acceptBoth      = []string{"application/json, text/event-stream"}
+)
+
 // exchange is one request's trip to one backend.
 type exchange struct {
 	r              *Relay
@@ -313,16 +318,20 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 		if err != nil {
 			return nil, fmt.Errorf("build upstream request: %w", err)
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if x.node.Key != "" {
-			req.Header.Set("Authorization", "Bearer "+x.node.Key)
+		// One map literal with shared, read-only values: the transport only reads them.
+		req.Header = http.Header{
+			"Content-Type": jsonContentType,
+			"Accept":       acceptBoth,
+			"X-Request-Id": {x.call.RequestID},
 		}
-		if x.call.RequestID != "" {
-			req.Header.Set("X-Request-Id", x.call.RequestID)
+		if x.node.Key != "" {
+			req.Header["Authorization"] = x.node.authorization()
 		}
 		start := x.r.now()
-		resp, err := x.r.client.Do(req)
+		// The transport, not http.Client: a model server's redirect is an
+		// error, not something to follow, and the client's bookkeeping costs
+		// allocations on every request.
+		resp, err := x.r.client.Transport.RoundTrip(req)
 		x.call.UpstreamTime = x.r.now().Sub(start)
 		if err == nil {
 			return resp, nil

@@ -63,6 +63,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	modConc := fs.Int("moderate", 4, "concurrent clients for the latency phases (moderate load)")
 	tokens := fs.Int("tokens", 16, "completion tokens per answer")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	billingOn := fs.Bool("billing", true, "bill requests (holds, settles, ledger); false measures the serving core alone")
 	storeKind := fs.String("store", "sqlite", "tollgate's store: sqlite, or postgres (URL from TOLLGATE_TEST_POSTGRES)")
 	fs.Usage = func() {
@@ -83,6 +84,15 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 512
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	sim, err := simulate.Start(simulate.Config{Flavour: simulate.VLLM, Models: []string{"bench-up"}, MaxRecorded: -1,
 		ContextLength: 1 << 20, Behaviour: simulate.Behaviour{OutputTokens: *tokens}})
