@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/tollgate/tollgate"
@@ -45,11 +44,7 @@ type storeCommand struct {
 
 // registerConfigFlag adds --config, defaulting to $TOLLGATE_CONFIG, else tollgate.yaml.
 func (c *storeCommand) registerConfigFlag(fs *flag.FlagSet) {
-	def := os.Getenv("TOLLGATE_CONFIG")
-	if def == "" {
-		def = "tollgate.yaml"
-	}
-	fs.StringVar(&c.configPath, "config", def, "config file (default $TOLLGATE_CONFIG, else tollgate.yaml)")
+	fs.StringVar(&c.configPath, "config", defaultConfigPath(), "config file (default $TOLLGATE_CONFIG, else tollgate.yaml)")
 }
 
 func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
