@@ -23,8 +23,9 @@ type ChatRequest struct {
 	Needs tollgate.Capabilities
 	// WebSearch holds the client's web_search_options object, nil when absent.
 	WebSearch json.RawMessage
-	// PromptBytes is the size of every message's content and tool definitions,
-	// the raw material of the prompt-token bound.
+	// PromptBytes is the size of the messages and tool definitions without
+	// their image and document parts: the text a tokenizer turns into prompt
+	// tokens (images and documents are counted by allowances instead).
 	PromptBytes int64
 	// Images and Files count image and document parts.
 	Images, Files int64
@@ -275,9 +276,11 @@ func (r *ChatRequest) parseMessages(v []byte) error {
 				return invalidType(pparam, "an object with a string type")
 			case "image_url", "input_image", "image":
 				r.Images++
+				r.PromptBytes -= int64(len(pr))
 				r.need(tollgate.CapImageInput, pparam)
 			case "file", "input_file":
 				r.Files++
+				r.PromptBytes -= int64(len(pr))
 				r.need(tollgate.CapPDFInput, pparam)
 			}
 		}
@@ -373,13 +376,14 @@ func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
 			dst = strconv.AppendInt(dst, r.MaxTokens, 10)
 			continue
 		case "stream_options":
-			if r.Stream {
-				sawStreamOptions = true
-				sep()
-				dst = appendKey(dst, "stream_options")
-				dst = appendStreamOptions(dst, f.val)
-				continue
+			if !r.Stream {
+				continue // servers such as vLLM reject stream_options without stream
 			}
+			sawStreamOptions = true
+			sep()
+			dst = appendKey(dst, "stream_options")
+			dst = appendStreamOptions(dst, f.val)
+			continue
 		}
 		sep()
 		dst = append(dst, f.rawKey...)

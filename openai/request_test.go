@@ -228,3 +228,19 @@ func BenchmarkParseAndRewrite(b *testing.B) {
 		buf = r.AppendUpstreamBody(buf[:0], UpstreamOptions{Model: "up", Flavour: VLLM, MaxTokens: 64})
 	}
 }
+
+func TestPromptBytesExcludeInlineMedia(t *testing.T) {
+	img := `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("A", 10000) + `"}}`
+	withImg := mustParse(t, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is it"},`+img+`]}]}`)
+	without := mustParse(t, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is it"}]}]}`)
+	if withImg.PromptBytes > without.PromptBytes+2 || withImg.Images != 1 {
+		t.Fatalf("image bytes counted as text: %d vs %d", withImg.PromptBytes, without.PromptBytes)
+	}
+}
+
+func TestStreamOptionsDroppedWithoutStream(t *testing.T) {
+	r := mustParse(t, `{"model":"a","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`)
+	if out := string(r.AppendUpstreamBody(nil, UpstreamOptions{Model: "b", Flavour: VLLM})); strings.Contains(out, "stream_options") {
+		t.Fatalf("stream_options sent on a non-streamed request: %s", out)
+	}
+}
