@@ -249,8 +249,10 @@ models:
 	pairs := []*pair{
 		{label: "non-streamed, saturated", stream: false, workers: *conc},
 		{label: "non-streamed, moderate", stream: false, workers: *modConc},
+		{label: "non-streamed, one client", stream: false, workers: 1},
 		{label: "streamed, saturated", stream: true, workers: *conc},
 		{label: "streamed, moderate", stream: true, workers: *modConc},
+		{label: "streamed, one client", stream: true, workers: 1},
 	}
 	fmt.Fprintf(c.stdout, "tollgate bench: %d CPUs, GOMAXPROCS %d, %s per phase, %d completion tokens, store %s, billing %v\n\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind, *billingOn)
@@ -275,7 +277,7 @@ models:
 	fmt.Fprintln(c.stdout)
 	for _, p := range pairs {
 		d, t := p.direct, p.through
-		line := fmt.Sprintf("%-26s throughput ratio %.2f   p50 added %s   p99 added %s   allocs added/req %.0f",
+		line := fmt.Sprintf("%-27s throughput ratio %.2f   p50 added %s   p99 added %s   allocs added/req %.0f",
 			p.label+":", t.rps()/d.rps(), (pct(t.lat, 0.5) - pct(d.lat, 0.5)).Round(time.Microsecond),
 			(pct(t.lat, 0.99) - pct(d.lat, 0.99)).Round(time.Microsecond),
 			float64(t.allocs)/float64(max(t.requests, 1))-float64(d.allocs)/float64(max(d.requests, 1)))
