@@ -47,6 +47,8 @@ type DB struct {
 
 	// Prepared once: parsing SQL costs more than running these point queries.
 	keyByHash, authVersion *sql.Stmt
+
+	idem idemQueue // Idempotency-Key writes waiting for a group commit
 }
 
 var _ tollgate.Store = (*DB)(nil)
