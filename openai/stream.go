@@ -416,7 +416,8 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 	for _, m := range n.members[s:e] {
 		switch string(m.key) {
 		case "role":
-			hasRole = true
+			// SGLang dumps an unset role as null: treat it as absent.
+			hasRole = !isNull(m.val)
 		case "reasoning":
 			hasR, rNull = true, isNull(m.val)
 		case "reasoning_content":
@@ -444,6 +445,10 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 		m := n.members[i]
 		key := string(m.key)
 		switch key {
+		case "role":
+			if !hasRole {
+				continue // null; "assistant" was added above when due
+			}
 		case "reasoning":
 			if useRC {
 				continue

@@ -822,3 +822,64 @@ func BenchmarkStream(b *testing.B) {
 		buf = AppendData(buf[:0], n.UsageChunk(n.FinalUsage(10), nil))
 	}
 }
+
+// TestStreamSGLangNullFields: SGLang dumps every delta field, null when unset
+// (role, content, reasoning_content, tool_calls; tool-call pieces after the
+// first with a null id and name), and matched_stop on every choice.
+func TestStreamSGLangNullFields(t *testing.T) {
+	res := runFile(t, SGLang, "testdata/synthetic/sglang_null_fields_tools.sse")
+	if res.failure != nil {
+		t.Fatal(res.failure)
+	}
+	acc := accumulate(t, res.out)[0]
+	if acc.reasoning != "Weather, so a tool." || acc.toolNames[0] != "get_weather" ||
+		acc.toolArgs[0] != `{"city": "Paris"}` || acc.toolIDs[0] != "call_0a1b2c" || acc.finish != "tool_calls" {
+		t.Fatalf("accumulated %+v", acc)
+	}
+	if bytes.Contains(res.out, []byte("matched_stop")) || bytes.Contains(res.out, []byte("reasoning_content")) {
+		t.Fatalf("matched_stop or reasoning_content forwarded:\n%s", res.out)
+	}
+	if n := bytes.Count(res.out, []byte(`"role":"assistant"`)); n != 1 {
+		t.Fatalf("role sent %d times:\n%s", n, res.out)
+	}
+	u, _ := res.n.Usage()
+	if u.ReasoningTokens == nil || *u.ReasoningTokens != 6 || u.TotalTokens != 110 {
+		t.Fatalf("usage %+v", u)
+	}
+}
+
+// TestStreamRoleNull: a first delta whose role is null (SGLang's dump of an
+// unset field) still gets role "assistant", once, and no "role":null.
+func TestStreamRoleNull(t *testing.T) {
+	n := &StreamNormalizer{ID: testID, Model: testModel}
+	out, err := n.Chunk([]byte(`{"choices":[{"index":0,"delta":{"role":null,"content":"Hi","reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(out, []byte(`"role"`)) != 1 || !bytes.Contains(out, []byte(`"delta":{"role":"assistant","content":"Hi"`)) {
+		t.Fatalf("first delta: %s", out)
+	}
+	out, err = n.Chunk([]byte(`{"choices":[{"index":0,"delta":{"role":null,"content":" there"},"finish_reason":null}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte(`"role":"assistant"`)) {
+		t.Fatalf("role repeated: %s", out)
+	}
+}
+
+// TestStreamErrorSpaced: vLLM and SGLang write their mid-stream error event
+// with json.dumps (", " and ": " separators), then [DONE].
+func TestStreamErrorSpaced(t *testing.T) {
+	res := runFile(t, VLLM, "testdata/synthetic/vllm_error_spaced.sse")
+	if res.failure == nil || res.failure.Code != tollgate.CodeUpstreamError {
+		t.Fatalf("vllm: failure = %#v\n%s", res.failure, res.out)
+	}
+	if accumulate(t, res.out)[0].content != "Hel" || bytes.Contains(res.out, []byte("[DONE]")) {
+		t.Fatalf("vllm: %s", res.out)
+	}
+	res = runFile(t, SGLang, "testdata/synthetic/sglang_error_spaced.sse")
+	if res.failure == nil || res.failure.Code != tollgate.CodeContextLengthExceeded || !strings.Contains(res.failure.Message, "8192") {
+		t.Fatalf("sglang: failure = %#v\n%s", res.failure, res.out)
+	}
+}

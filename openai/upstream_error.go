@@ -294,7 +294,8 @@ func contextLengthError(info upstreamInfo) *tollgate.Error {
 // plainly about the request's content.
 func (info upstreamInfo) clientFault() (string, bool) {
 	switch strings.ToLower(info.typ) {
-	case "invalid_request_error", "badrequesterror", "bad_request", "invalid_request", "validation_error":
+	case "invalid_request_error", "badrequesterror", "bad_request", "invalid_request", "validation_error",
+		"bad request": // vLLM's and SGLang's request-validation handler (the HTTP phrase)
 	default:
 		return "", false
 	}

@@ -131,6 +131,17 @@ func TestClassifyUpstreamErrorFlavours(t *testing.T) {
 		{name: "python traceback 500", fl: SGLang, status: 500,
 			body: "Traceback (most recent call last):\n  File \"/opt/sglang/srt/server.py\", line 1\nRuntimeError: boom",
 			code: tollgate.CodeUpstreamError, never: []string{"boom", "RuntimeError"}},
+		// api_server.py's RequestValidationError handler (vLLM nested, SGLang
+		// flat): type is the HTTP phrase "Bad Request".
+		{name: "vllm validation error", fl: VLLM, status: 400,
+			body: `{"error":{"message":"[{'type': 'int_parsing', 'loc': ('body', 'n'), 'msg': 'Input should be a valid integer, unable to parse string as an integer'}]","type":"Bad Request","param":null,"code":400}}`,
+			code: tollgate.CodeInvalidRequest, contains: []string{"Input should be a valid integer"}},
+		{name: "sglang validation error", fl: SGLang, status: 400,
+			body: `{"object":"error","message":"[{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number'}]","type":"Bad Request","param":null,"code":400}`,
+			code: tollgate.CodeInvalidRequest, contains: []string{"Input should be a valid number"}},
+		{name: "sglang empty messages", fl: SGLang, status: 400,
+			body: `{"object":"error","message":"Messages cannot be empty.","type":"BadRequestError","param":null,"code":400}`,
+			code: tollgate.CodeInvalidRequest, contains: []string{"Messages cannot be empty."}},
 		{name: "fastapi 422 list", fl: VLLM, status: 422,
 			body: `{"detail":[{"type":"missing","loc":["body","messages"],"msg":"Field required","input":{}}]}`,
 			code: tollgate.CodeUpstreamError},

@@ -112,24 +112,38 @@ func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
 			h.Set("Content-Type", "application/json")
 		}
 	case VLLM:
+		typ, param := vllmErrType(status), e.param
+		switch e.kind {
+		case errMalformed, errNoMessages, errInvalid:
+			// api_server.py's RequestValidationError handler: the HTTP
+			// phrase as type, no param.
+			typ, param = "Bad Request", ""
+		case errContext:
+			param = "input_tokens" // VLLMValidationError(parameter="input_tokens")
+		}
 		b = append(b, `{"error":{"message":`...)
 		b = appendJSONString(b, msg)
 		b = append(b, `,"type":`...)
-		b = appendJSONString(b, vllmErrType(status))
+		b = appendJSONString(b, typ)
 		b = append(b, `,"param":`...)
-		b = appendStringOrNull(b, e.param, e.param == "")
+		b = appendStringOrNull(b, param, param == "")
 		b = append(b, `,"code":`...)
 		b = appendInt(b, status)
 		b = append(b, "}}"...)
 		h.Set("Content-Type", "application/json")
 	case SGLang:
+		// SGLang's create_error_response is never given a param; its
+		// validation handler uses the HTTP phrase as type.
+		typ := vllmErrType(status)
+		switch e.kind {
+		case errMalformed, errNoMessages, errInvalid:
+			typ = "Bad Request"
+		}
 		b = append(b, `{"object":"error","message":`...)
 		b = appendJSONString(b, msg)
 		b = append(b, `,"type":`...)
-		b = appendJSONString(b, vllmErrType(status))
-		b = append(b, `,"param":`...)
-		b = appendStringOrNull(b, e.param, e.param == "")
-		b = append(b, `,"code":`...)
+		b = appendJSONString(b, typ)
+		b = append(b, `,"param":null,"code":`...)
 		b = appendInt(b, status)
 		b = append(b, '}')
 		h.Set("Content-Type", "application/json")
@@ -212,6 +226,9 @@ func (s *Server) errorMessage(e *apiError) string {
 		}
 		return "Invalid JSON body"
 	case errNoMessages, errEmptyMessages:
+		if f == SGLang && e.kind == errEmptyMessages {
+			return "Messages cannot be empty." // serving_chat.py _validate_request
+		}
 		switch f {
 		case LlamaCpp:
 			return "'messages' is required"
@@ -365,10 +382,15 @@ func (s *Server) appendStreamError(b []byte, p *plan) []byte {
 	case LlamaCpp:
 		return append(b, "data: {\"error\":{\"code\":500,\"message\":\"simulated failure during generation\",\"type\":\"server_error\"}}\n\n"...)
 	case VLLM:
-		b = append(b, "data: {\"error\":{\"message\":\"Internal server error\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\n"...)
+		// create_streaming_error_response: json.dumps, so ", " and ": "
+		// separators; a GenerationError is InternalServerError 500.
+		b = append(b, "data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n"...)
 		return append(b, "data: [DONE]\n\n"...)
 	case SGLang:
-		b = append(b, "data: {\"error\":{\"object\":\"error\",\"message\":\"Internal server error\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\n"...)
+		// Only a ValueError is caught mid-stream, reported with the
+		// defaults of create_streaming_error_response (BadRequestError,
+		// 400) through json.dumps.
+		b = append(b, "data: {\"error\": {\"object\": \"error\", \"message\": \"simulated failure during generation\", \"type\": \"BadRequestError\", \"param\": null, \"code\": 400}}\n\n"...)
 		return append(b, "data: [DONE]\n\n"...)
 	case Ollama:
 		return append(b, "data: {\"error\":{\"message\":\"llama runner process has terminated: exit status 2\",\"type\":\"api_error\",\"param\":null,\"code\":null}}\n\n"...)

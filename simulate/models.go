@@ -78,7 +78,7 @@ func (s *Server) renderModels() []byte {
 		case SGLang:
 			b = append(b, `,"owned_by":"sglang","root":`...)
 			b = appendJSONString(b, m)
-			b = append(b, `,"max_model_len":`...)
+			b = append(b, `,"parent":null,"max_model_len":`...)
 			b = appendInt(b, ctx)
 			b = append(b, '}')
 		default: // vLLM

@@ -78,6 +78,21 @@ func (s *Server) appendUsage(b []byte, p *plan) []byte {
 	}
 }
 
+// appendStreamUsage is the usage of a streamed answer: vLLM dumps its final
+// usage chunk with exclude_none, so a null prompt_tokens_details is left out.
+func (s *Server) appendStreamUsage(b []byte, p *plan) []byte {
+	if s.flavour != VLLM || p.cached > 0 {
+		return s.appendUsage(b, p)
+	}
+	b = append(b, `{"prompt_tokens":`...)
+	b = appendInt(b, p.prompt)
+	b = append(b, `,"total_tokens":`...)
+	b = appendInt(b, p.prompt+p.completion)
+	b = append(b, `,"completion_tokens":`...)
+	b = appendInt(b, p.completion)
+	return append(b, '}')
+}
+
 // cost is OpenRouter's usage.cost in USD (a JSON number there).
 func (s *Server) cost(prompt, completion int) float64 {
 	return (float64(prompt)*s.cfg.PromptPrice + float64(completion)*s.cfg.CompletionPrice) / 1e6
@@ -482,7 +497,7 @@ func (s *Server) appendChunkTail(b []byte, p *plan, usage, timings bool, beh Beh
 	}
 	if usage {
 		b = append(b, `,"usage":`...)
-		b = s.appendUsage(b, p)
+		b = s.appendStreamUsage(b, p)
 	} else if (s.flavour == OpenAI && p.includeUsage) || s.flavour == SGLang {
 		// OpenAI puts "usage": null on every chunk when usage was asked for;
 		// SGLang dumps the field unconditionally.
@@ -535,13 +550,12 @@ func (s *Server) appendChoice(b []byte, p *plan, c *choicePlan, idx int, st step
 	b = s.appendDelta(b, c, st, first)
 	b = append(b, `,"logprobs":null,"finish_reason":`...)
 	b = appendStringOrNull(b, finish, finish == "")
-	if finish != "" {
-		switch s.flavour {
-		case VLLM:
-			b = append(b, `,"stop_reason":null`...)
-		case SGLang:
-			b = append(b, `,"matched_stop":null`...)
-		}
+	switch {
+	case s.flavour == VLLM && finish != "":
+		b = append(b, `,"stop_reason":null`...)
+	case s.flavour == SGLang:
+		// SGLang dumps every field of the choice, matched_stop included.
+		b = append(b, `,"matched_stop":null`...)
 	}
 	return append(b, '}')
 }
@@ -550,6 +564,9 @@ func (s *Server) appendChoice(b []byte, p *plan, c *choicePlan, idx int, st step
 // delta of a choice that has not carried the role yet (Ollama puts the role
 // on its first delta; OpenRouter on every one).
 func (s *Server) appendDelta(b []byte, c *choicePlan, st step, first bool) []byte {
+	if s.flavour == SGLang {
+		return s.appendDeltaSGLang(b, c, st)
+	}
 	role := (s.flavour == Ollama && first) || s.flavour == OpenRouter
 	if st.kind == stepRole {
 		switch s.flavour {
@@ -599,6 +616,17 @@ func (s *Server) appendDelta(b []byte, c *choicePlan, st step, first bool) []byt
 		if role {
 			b = append(b, `"content":"",`...)
 		}
+		if s.flavour == VLLM {
+			// DeltaToolCall's field order, dumped with exclude_unset:
+			// the name alone, arguments follow in later deltas.
+			b = append(b, `"tool_calls":[{"id":`...)
+			b = appendJSONString(b, tc.id)
+			b = append(b, `,"type":"function","index":`...)
+			b = appendInt(b, st.tool)
+			b = append(b, `,"function":{"name":`...)
+			b = appendJSONString(b, tc.name)
+			return append(b, "}}]}"...)
+		}
 		b = append(b, `"tool_calls":[{"index":`...)
 		b = appendInt(b, st.tool)
 		b = append(b, `,"id":`...)
@@ -624,6 +652,53 @@ func (s *Server) appendDelta(b []byte, c *choicePlan, st step, first bool) []byt
 		b = append(b, `,"function":{"arguments":`...)
 		b = appendJSONString(b, st.text)
 		b = append(b, "}}]"...)
+	}
+	return append(b, '}')
+}
+
+// appendDeltaSGLang writes SGLang's DeltaMessage: model_dump_json without
+// exclusions, so role, content, reasoning_content and tool_calls are always
+// there, null when unset; tool-call pieces after the first carry a null id
+// and name (serving_chat.py _process_tool_call_stream).
+func (s *Server) appendDeltaSGLang(b []byte, c *choicePlan, st step) []byte {
+	b = append(b, `{"role":`...)
+	if st.kind == stepRole {
+		b = append(b, `"assistant","content":""`...)
+	} else {
+		b = append(b, `null,"content":`...)
+		if st.kind == stepContent {
+			b = appendJSONString(b, st.text)
+		} else {
+			b = appendNull(b)
+		}
+	}
+	b = append(b, ',', '"')
+	b = append(b, s.reasoningKey...)
+	b = append(b, '"', ':')
+	if st.kind == stepReasoning {
+		b = appendJSONString(b, st.text)
+	} else {
+		b = appendNull(b)
+	}
+	b = append(b, `,"tool_calls":`...)
+	switch st.kind {
+	case stepToolStart:
+		tc := c.tools[st.tool]
+		b = append(b, `[{"id":`...)
+		b = appendJSONString(b, tc.id)
+		b = append(b, `,"index":`...)
+		b = appendInt(b, st.tool)
+		b = append(b, `,"type":"function","function":{"name":`...)
+		b = appendJSONString(b, tc.name)
+		b = append(b, `,"arguments":""}}]`...)
+	case stepToolArgs:
+		b = append(b, `[{"id":null,"index":`...)
+		b = appendInt(b, st.tool)
+		b = append(b, `,"type":"function","function":{"name":null,"arguments":`...)
+		b = appendJSONString(b, st.text)
+		b = append(b, "}}]"...)
+	default:
+		b = appendNull(b)
 	}
 	return append(b, '}')
 }
