@@ -54,6 +54,13 @@ type Options struct {
 	// Workers is how many batches may be in flight at once. SQLite has one
 	// writer, so 1 (the default) is right for it; PostgreSQL can take a few.
 	Workers int
+	// AsyncSettle lets a settle whose cost is within its hold (the normal
+	// case: the backend was sent the held output cap) return at once with
+	// the amount it will charge, which is exact because the hold covers it,
+	// and be committed with the next batch. Off by default: a settle
+	// returns once its charge is committed. See docs/billing.md,
+	// "Asynchronous settles".
+	AsyncSettle bool
 	// Instance names this process in the holds it owns. Default random.
 	Instance string
 	Logger   *slog.Logger
@@ -109,14 +116,22 @@ type Biller struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 
-	// accounts maps this instance's live holds to their accounts, so that a
-	// release can be sent in account (lock) order.
-	accounts sync.Map
+	// live maps this instance's holds to their account and amount: a
+	// release is sent in account (lock) order, and a settle within the
+	// hold's amount knows its charge before it is written.
+	live sync.Map // hold id -> liveHold
+	// async counts settles handed to the batcher but not yet committed.
+	async sync.WaitGroup
 
 	holds, refused, settled, released, uncollected, uncollectedAmt, swept, batches atomic.Int64
 }
 
 var _ tollgate.Biller = (*Biller)(nil)
+
+type liveHold struct {
+	account string
+	amount  tollgate.Amount
+}
 
 type pending struct {
 	op   tollgate.BillingOp
@@ -144,9 +159,13 @@ func (b *Biller) Instance() string { return b.opts.Instance }
 // Close stops the batch workers once the operations already queued are
 // written. Operations after Close fail with ErrClosed.
 func (b *Biller) Close() {
+	b.async.Wait()
 	b.once.Do(func() { close(b.quit) })
 	b.wg.Wait()
 }
+
+// Wait returns once every settle handed over so far is committed (or failed).
+func (b *Biller) Wait() { b.async.Wait() }
 
 // Stats returns the counters.
 func (b *Biller) Stats() Stats {
@@ -241,7 +260,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	switch op.Outcome {
 	case tollgate.HoldOK:
 		b.holds.Add(1)
-		b.accounts.Store(h.ID, h.AccountID)
+		b.live.Store(h.ID, liveHold{account: h.AccountID, amount: h.Amount})
 		return h.ID, nil
 	case tollgate.HoldInsufficient:
 		b.refused.Add(1)
@@ -278,11 +297,29 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 	if c.Time.IsZero() {
 		c.Time = b.opts.Now()
 	}
+	lh, ok := b.live.LoadAndDelete(holdID)
+	if ok && b.opts.AsyncSettle && c.Cost <= lh.(liveHold).amount {
+		// The hold covers the cost, so the charge is the cost whatever else
+		// happens on the account (balance − held ≥ 0 always): it is known
+		// now and written with the next batch.
+		b.async.Add(1)
+		go func() {
+			defer b.async.Done()
+			if _, err := b.settle(holdID, c); err != nil {
+				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", c.RequestID,
+					"hold", holdID, "cost", c.Cost.String(), "err", err)
+			}
+		}()
+		return c.Cost, nil
+	}
+	return b.settle(holdID, c)
+}
+
+func (b *Biller) settle(holdID string, c tollgate.Charge) (tollgate.Amount, error) {
 	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c})
 	if err != nil {
 		return 0, fmt.Errorf("settle %s: %w", holdID, err)
 	}
-	b.accounts.Delete(holdID)
 	if op.Replayed {
 		return op.Charged, nil
 	}
@@ -300,14 +337,13 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 // (released, settled or swept) does nothing.
 func (b *Biller) Release(ctx context.Context, holdID string) error {
 	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
-	if acct, ok := b.accounts.Load(holdID); ok {
-		op.Hold.AccountID = acct.(string)
+	if lh, ok := b.live.LoadAndDelete(holdID); ok {
+		op.Hold.AccountID = lh.(liveHold).account
 	}
 	op, err := b.do(op)
 	if err != nil {
 		return fmt.Errorf("release %s: %w", holdID, err)
 	}
-	b.accounts.Delete(holdID)
 	if !op.Replayed {
 		b.released.Add(1)
 	}

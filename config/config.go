@@ -107,6 +107,10 @@ type Billing struct {
 	Sweep Duration `yaml:"sweep"`
 	// MaxBatch bounds how many holds and settles share one transaction. Default 512.
 	MaxBatch int `yaml:"max_batch"`
+	// AsyncSettle sends the response before its charge is committed when
+	// the hold covers the cost (default false: every response waits for
+	// its charge; docs/billing.md, "Asynchronous settles").
+	AsyncSettle bool `yaml:"async_settle"`
 	// Workers is how many billing transactions may run at once. Default 1
 	// with SQLite (one writer), 4 with PostgreSQL.
 	Workers int `yaml:"workers"`

@@ -15,20 +15,67 @@ import (
 // connection inside BEGIN IMMEDIATE, so a check followed by an update can
 // never interleave with another writer, in this process or another.
 
+// billStmts are the hot-path statements, prepared once on the writer
+// connection: parsing SQL costs more than running these point updates.
+type billStmts struct {
+	holdAccount, holdKey, selWindow, addWindow, insHold                            *sql.Stmt
+	delHold, selReplay, selAccount, settleAccount, settleKey, fixWindow, insLedger *sql.Stmt
+	relAccount, relKey, relWindow                                                  *sql.Stmt
+}
+
+func (db *DB) prepareBilling(ctx context.Context) error {
+	b := &db.bill
+	for _, p := range []struct {
+		st **sql.Stmt
+		q  string
+	}{
+		// A hold takes from the free balance only if it is there: the check
+		// and the update are one statement.
+		{&b.holdAccount, `UPDATE accounts SET held = held + ?1 WHERE id = ?2 AND balance - held >= ?1`},
+		{&b.holdKey, `UPDATE api_keys SET held = held + ?1 WHERE id = ?2 AND account_id = ?3
+			AND (spend_limit = 0 OR spent + held + ?1 <= spend_limit) RETURNING rpm, tpm`},
+		{&b.selWindow, `SELECT requests, tokens FROM key_windows WHERE key_id = ? AND minute = ?`},
+		{&b.addWindow, `INSERT INTO key_windows (key_id, minute, requests, tokens) VALUES (?, ?, 1, ?)
+			ON CONFLICT (key_id, minute) DO UPDATE SET requests = requests + 1, tokens = tokens + excluded.tokens`},
+		{&b.insHold, `INSERT INTO holds (id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&b.delHold, `DELETE FROM holds WHERE id = ? RETURNING account_id, key_id, amount, tokens, minute`},
+		{&b.selReplay, `SELECT amount, uncollected FROM ledger WHERE hold_id = ?`},
+		{&b.selAccount, `SELECT balance, held FROM accounts WHERE id = ?`},
+		{&b.settleAccount, `UPDATE accounts SET balance = balance - ?, held = held - ? WHERE id = ?`},
+		{&b.settleKey, `UPDATE api_keys SET spent = spent + ?, held = held - ? WHERE id = ?`},
+		{&b.fixWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
+		{&b.insLedger, `INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
+			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated)
+			VALUES (?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&b.relAccount, `UPDATE accounts SET held = held - ? WHERE id = ?`},
+		{&b.relKey, `UPDATE api_keys SET held = held - ? WHERE id = ?`},
+		{&b.relWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
+	} {
+		st, err := db.w.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("billing statement %q: %w", p.q, err)
+		}
+		*p.st = st
+	}
+	return nil
+}
+
 // ApplyBilling applies ops in order in one transaction (group commit: one
 // fsync for the whole batch). Each op's result is filled in; a refused hold
 // is a result, not an error. An error means nothing of the batch was applied.
 func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	err := db.write(ctx, func(tx *sql.Tx) error {
+		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
 		for _, op := range ops {
 			var err error
 			switch op.Kind {
 			case tollgate.OpHold:
-				err = applyHold(ctx, tx, op)
+				err = b.hold(op)
 			case tollgate.OpSettle:
-				err = applySettle(ctx, tx, op)
+				err = b.settle(op)
 			case tollgate.OpRelease:
-				_, err = releaseHold(ctx, tx, op.HoldID, op)
+				_, err = b.release(op.HoldID, op)
 			default:
 				err = fmt.Errorf("unknown op kind %d", op.Kind)
 			}
@@ -44,110 +91,143 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 	return nil
 }
 
-func applyHold(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) error {
+// txStmts binds the prepared statements to one transaction, once each.
+type txStmts struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	s     *billStmts
+	bound map[*sql.Stmt]*sql.Stmt
+}
+
+func (b *txStmts) st(s *sql.Stmt) *sql.Stmt {
+	if b.bound == nil {
+		b.bound = make(map[*sql.Stmt]*sql.Stmt, 16)
+	}
+	t, ok := b.bound[s]
+	if !ok {
+		t = b.tx.StmtContext(b.ctx, s)
+		b.bound[s] = t
+	}
+	return t
+}
+
+func (b *txStmts) exec(s *sql.Stmt, args ...any) (int64, error) {
+	res, err := b.st(s).ExecContext(b.ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (b *txStmts) row(s *sql.Stmt, args ...any) *sql.Row {
+	return b.st(s).QueryRowContext(b.ctx, args...)
+}
+
+func (b *txStmts) hold(op *tollgate.BillingOp) error {
 	h := &op.Hold
 	op.Outcome = tollgate.HoldOK
-	var balance, held int64
-	err := tx.QueryRowContext(ctx, `SELECT balance, held FROM accounts WHERE id = ?`, h.AccountID).Scan(&balance, &held)
-	if errors.Is(err, sql.ErrNoRows) {
-		op.Outcome = tollgate.HoldNoAccount
-		return nil
-	}
+	amt := int64(h.Amount)
+	n, err := b.exec(b.s.holdAccount, amt, h.AccountID)
 	if err != nil {
 		return err
 	}
-	if balance-held < int64(h.Amount) {
+	if n == 0 {
+		var balance, held int64
+		err := b.row(b.s.selAccount, h.AccountID).Scan(&balance, &held)
+		if errors.Is(err, sql.ErrNoRows) {
+			op.Outcome = tollgate.HoldNoAccount
+			return nil
+		}
 		op.Outcome, op.Free = tollgate.HoldInsufficient, tollgate.Amount(balance-held)
+		return err
+	}
+	// From here a refusal gives the account's reservation back.
+	undo := func(outcome tollgate.HoldOutcome, key bool) error {
+		op.Outcome = outcome
+		if _, err := b.exec(b.s.relAccount, amt, h.AccountID); err != nil {
+			return err
+		}
+		if key {
+			_, err := b.exec(b.s.relKey, amt, h.KeyID)
+			return err
+		}
 		return nil
 	}
-	var limit, spent, kheld, rpm, tpm int64
-	err = tx.QueryRowContext(ctx, `SELECT spend_limit, spent, held, rpm, tpm FROM api_keys WHERE id = ? AND account_id = ?`,
-		h.KeyID, h.AccountID).Scan(&limit, &spent, &kheld, &rpm, &tpm)
+	var rpm, tpm int64
+	err = b.row(b.s.holdKey, amt, h.KeyID, h.AccountID).Scan(&rpm, &tpm)
 	if errors.Is(err, sql.ErrNoRows) {
-		op.Outcome = tollgate.HoldNoAccount
-		return nil
+		var limit, spent, kheld int64
+		err := b.tx.QueryRowContext(b.ctx, `SELECT spend_limit, spent, held FROM api_keys WHERE id = ? AND account_id = ?`,
+			h.KeyID, h.AccountID).Scan(&limit, &spent, &kheld)
+		if errors.Is(err, sql.ErrNoRows) {
+			return undo(tollgate.HoldNoAccount, false)
+		}
+		if err != nil {
+			return err
+		}
+		op.Free = tollgate.Amount(max(limit-spent-kheld, 0))
+		return undo(tollgate.HoldKeyLimit, false)
 	}
 	if err != nil {
 		return err
-	}
-	if limit > 0 && spent+kheld+int64(h.Amount) > limit {
-		op.Outcome, op.Free = tollgate.HoldKeyLimit, tollgate.Amount(max(limit-spent-kheld, 0))
-		return nil
 	}
 	minute := int64(0)
 	if rpm > 0 || tpm > 0 {
 		minute = h.Minute
 		var reqs, toks int64
-		err := tx.QueryRowContext(ctx, `SELECT requests, tokens FROM key_windows WHERE key_id = ? AND minute = ?`, h.KeyID, minute).Scan(&reqs, &toks)
+		err := b.row(b.s.selWindow, h.KeyID, minute).Scan(&reqs, &toks)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		if (rpm > 0 && reqs+1 > rpm) || (tpm > 0 && toks >= tpm) {
-			op.Outcome, op.RetryAt = tollgate.HoldRateLimited, time.Unix((minute+1)*60, 0).UTC()
-			return nil
+			op.RetryAt = time.Unix((minute+1)*60, 0).UTC()
+			return undo(tollgate.HoldRateLimited, true)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO key_windows (key_id, minute, requests, tokens) VALUES (?, ?, 1, ?)
-			ON CONFLICT (key_id, minute) DO UPDATE SET requests = requests + 1, tokens = tokens + excluded.tokens`,
-			h.KeyID, minute, h.Tokens); err != nil {
+		if _, err := b.exec(b.s.addWindow, h.KeyID, minute, h.Tokens); err != nil {
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE accounts SET held = held + ? WHERE id = ?`, int64(h.Amount), h.AccountID); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET held = held + ? WHERE id = ?`, int64(h.Amount), h.KeyID); err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO holds (id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		h.ID, h.RequestID, h.AccountID, h.KeyID, h.Model, string(h.Class), int64(h.Amount), h.Tokens, minute, h.Owner,
-		toMicros(h.Created), toMicros(h.Expires))
+	_, err = b.exec(b.s.insHold, h.ID, h.RequestID, h.AccountID, h.KeyID, h.Model, string(h.Class), amt, h.Tokens, minute,
+		h.Owner, toMicros(h.Created), toMicros(h.Expires))
 	return err
 }
 
-// replayedCharge reports the earlier charge of a hold that was settled already.
-func replayedCharge(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) (bool, error) {
-	var amount, uncollected int64
-	err := tx.QueryRowContext(ctx, `SELECT amount, uncollected FROM ledger WHERE hold_id = ?`, op.HoldID).Scan(&amount, &uncollected)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	op.Replayed, op.Charged, op.Uncollected = true, tollgate.Amount(-amount), tollgate.Amount(uncollected)
-	return true, nil
-}
-
-func applySettle(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) error {
-	if done, err := replayedCharge(ctx, tx, op); done || err != nil {
-		return err
-	}
+func (b *txStmts) settle(op *tollgate.BillingOp) error {
 	c := &op.Charge
 	acct, key := c.AccountID, c.KeyID
 	var amount, tokens, minute int64
-	err := tx.QueryRowContext(ctx, `DELETE FROM holds WHERE id = ? RETURNING account_id, key_id, amount, tokens, minute`, op.HoldID).
-		Scan(&acct, &key, &amount, &tokens, &minute)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	err := b.row(b.s.delHold, op.HoldID).Scan(&acct, &key, &amount, &tokens, &minute)
+	if errors.Is(err, sql.ErrNoRows) {
+		// No hold: settled already (a retry), or swept after its lease
+		// ended. A swept hold's request was still served, so it is
+		// charged, from the free balance only.
+		var charged, uncollected int64
+		err := b.row(b.s.selReplay, op.HoldID).Scan(&charged, &uncollected)
+		if err == nil {
+			op.Replayed, op.Charged, op.Uncollected = true, tollgate.Amount(-charged), tollgate.Amount(uncollected)
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		acct, key = c.AccountID, c.KeyID
+	} else if err != nil {
 		return err
 	}
-	// No hold: it was swept (its lease ended). The request was still served,
-	// so it is charged, from the free balance only.
 	var balance, held int64
-	if err := tx.QueryRowContext(ctx, `SELECT balance, held FROM accounts WHERE id = ?`, acct).Scan(&balance, &held); err != nil {
+	if err := b.row(b.s.selAccount, acct).Scan(&balance, &held); err != nil {
 		return fmt.Errorf("settle %s: account %s: %w", op.HoldID, acct, err)
 	}
 	charged := min(int64(c.Cost), max(balance-held+amount, 0))
 	op.Charged, op.Uncollected = tollgate.Amount(charged), c.Cost-tollgate.Amount(charged)
-	if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance - ?, held = held - ? WHERE id = ?`, charged, amount, acct); err != nil {
+	if _, err := b.exec(b.s.settleAccount, charged, amount, acct); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET spent = spent + ?, held = held - ? WHERE id = ?`, charged, amount, key); err != nil {
+	if _, err := b.exec(b.s.settleKey, charged, amount, key); err != nil {
 		return err
 	}
 	if used := c.PromptTokens + c.CompletionTokens; minute != 0 && tokens > used {
-		if _, err := tx.ExecContext(ctx, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`,
-			tokens-used, key, minute); err != nil {
+		if _, err := b.exec(b.s.fixWindow, tokens-used, key, minute); err != nil {
 			return err
 		}
 	}
@@ -155,22 +235,18 @@ func applySettle(ctx context.Context, tx *sql.Tx, op *tollgate.BillingOp) error 
 	if id == "" {
 		id = op.HoldID
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
-		prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated)
-		VALUES (?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
+	_, err = b.exec(b.s.insLedger, id, acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
 		c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output),
 		int64(c.Cost), int64(op.Uncollected), c.Estimated)
 	return err
 }
 
-// releaseHold frees a hold without a charge. It reports false (and marks op
+// release frees a hold without a charge. It reports false (and marks op
 // Replayed, when op is not nil) if there was no such hold.
-func releaseHold(ctx context.Context, tx *sql.Tx, id string, op *tollgate.BillingOp) (bool, error) {
+func (b *txStmts) release(id string, op *tollgate.BillingOp) (bool, error) {
 	var acct, key string
 	var amount, tokens, minute int64
-	err := tx.QueryRowContext(ctx, `DELETE FROM holds WHERE id = ? RETURNING account_id, key_id, amount, tokens, minute`, id).
-		Scan(&acct, &key, &amount, &tokens, &minute)
+	err := b.row(b.s.delHold, id).Scan(&acct, &key, &amount, &tokens, &minute)
 	if errors.Is(err, sql.ErrNoRows) {
 		if op != nil {
 			op.Replayed = true
@@ -180,15 +256,14 @@ func releaseHold(ctx context.Context, tx *sql.Tx, id string, op *tollgate.Billin
 	if err != nil {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE accounts SET held = held - ? WHERE id = ?`, amount, acct); err != nil {
+	if _, err := b.exec(b.s.relAccount, amount, acct); err != nil {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET held = held - ? WHERE id = ?`, amount, key); err != nil {
+	if _, err := b.exec(b.s.relKey, amount, key); err != nil {
 		return false, err
 	}
 	if minute != 0 && tokens > 0 {
-		if _, err := tx.ExecContext(ctx, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`,
-			tokens, key, minute); err != nil {
+		if _, err := b.exec(b.s.relWindow, tokens, key, minute); err != nil {
 			return false, err
 		}
 	}
@@ -221,6 +296,7 @@ func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollg
 	var out []tollgate.Hold
 	err := db.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
+		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
 		rows, err := tx.QueryContext(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < ? ORDER BY expires LIMIT ?`, toMicros(now), limit)
 		if err != nil {
 			return err
@@ -230,7 +306,7 @@ func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollg
 			return err
 		}
 		for _, h := range hs {
-			if ok, err := releaseHold(ctx, tx, h.ID, nil); err != nil {
+			if ok, err := b.release(h.ID, nil); err != nil {
 				return err
 			} else if ok {
 				out = append(out, h)

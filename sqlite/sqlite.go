@@ -47,6 +47,7 @@ type DB struct {
 
 	// Prepared once: parsing SQL costs more than running these point queries.
 	keyByHash, authVersion *sql.Stmt
+	bill                   billStmts // billing statements on the writer (sqlite/billing.go)
 
 	idem idemQueue // Idempotency-Key writes waiting for a group commit
 }
@@ -121,6 +122,10 @@ func open(ctx context.Context, d driver, path string) (*DB, error) {
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}
 	if db.authVersion, err = r.PrepareContext(ctx, `SELECT version FROM auth_version WHERE id = 1`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	}
+	if err := db.prepareBilling(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}

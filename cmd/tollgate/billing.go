@@ -32,13 +32,14 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 		}
 	}
 	return billing.New(bs, billing.Options{
-		Lease:    cfg.Billing.Lease.D(),
-		Renew:    cfg.Billing.Renew.D(),
-		Sweep:    cfg.Billing.Sweep.D(),
-		MaxAge:   max(cfg.Timeouts.StreamTotal.D(), cfg.Timeouts.NonStream.D()) + time.Minute,
-		MaxBatch: cfg.Billing.MaxBatch,
-		Workers:  workers,
-		Logger:   log,
+		Lease:       cfg.Billing.Lease.D(),
+		Renew:       cfg.Billing.Renew.D(),
+		Sweep:       cfg.Billing.Sweep.D(),
+		MaxAge:      max(cfg.Timeouts.StreamTotal.D(), cfg.Timeouts.NonStream.D()) + time.Minute,
+		MaxBatch:    cfg.Billing.MaxBatch,
+		Workers:     workers,
+		AsyncSettle: cfg.Billing.AsyncSettle,
+		Logger:      log,
 	}), nil
 }
 

@@ -139,6 +139,7 @@ func TestBillingConcurrentExactlyN(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	h.main.Biller.Wait() // settles within their holds are committed after the response
 	if served.Load() != n || refused.Load() != total-n {
 		t.Errorf("served %d, refused %d; want exactly %d served and %d refused", served.Load(), refused.Load(), n, total-n)
 	}
@@ -319,6 +320,7 @@ func TestBillingStreams(t *testing.T) {
 			t.Errorf("a failed request changed the balance from %s to %s (held %s)", before.Balance, after.Balance, after.Held)
 		}
 	})
+	h.main.Biller.Wait()
 	if c, sum := countCharges(t, st, h.acct.ID); c != 4 {
 		t.Errorf("%d charges (%s), want 4", c, sum)
 	}
@@ -378,5 +380,6 @@ func TestBillingKeyLimits(t *testing.T) {
 	} else if codes[3] == 429 {
 		t.Error("429 without Retry-After")
 	}
+	h.main.Biller.Wait()
 	mustAudit(t, h.books())
 }

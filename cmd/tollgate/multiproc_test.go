@@ -218,6 +218,7 @@ func TestBillingPostgresThreeProcesses(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	waitSettled(t, st, acct.ID)
 	if served.Load() != n || refused.Load() != total-n {
 		t.Errorf("served %d, refused %d; want exactly %d and %d", served.Load(), refused.Load(), n, total-n)
 	}
@@ -322,6 +323,7 @@ func TestBillingCrashMidStream(t *testing.T) {
 			if status, err := postTo(b.api, key, flatBody); err != nil || status != 200 {
 				t.Fatalf("after restart: %d %v", status, err)
 			}
+			waitSettled(t, st, acct.ID)
 			if c, sum := countCharges(t, st, acct.ID); c != 1 || sum != flatHold {
 				t.Errorf("%d charges (%s) after one request, want 1 (%s)", c, sum, flatHold)
 			}
@@ -330,5 +332,22 @@ func TestBillingCrashMidStream(t *testing.T) {
 				t.Errorf("audit: %v %v", r.Problems, err)
 			}
 		})
+	}
+}
+
+// waitSettled waits until nothing is held on the account: the processes'
+// settles, committed just after their responses, are all in.
+func waitSettled(t *testing.T, st billingStore, acct string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := st.Balance(context.Background(), acct)
+		if err == nil && b.Held == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held after 10s: %+v, %v", b, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

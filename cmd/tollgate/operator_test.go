@@ -68,6 +68,7 @@ func TestOperatorCLI(t *testing.T) {
 		t.Fatalf("request: %d %s", status, body)
 	}
 
+	h.main.Biller.Wait()
 	var rows []billing.UsageRow
 	out, err = cli(t, "usage", "--account", acct, "--by", "key,model", "--json", "--config", cfgPath)
 	if err != nil || json.Unmarshal([]byte(out), &rows) != nil {
@@ -153,6 +154,7 @@ func TestAdminAPI(t *testing.T) {
 	if status, _, body := h.post("/v1/chat/completions", flatBody, nil); status != 200 {
 		t.Fatalf("request: %d %s", status, body)
 	}
+	h.main.Biller.Wait()
 	var view AccountViewJSON
 	status, body := call("GET", acctPath, tok, "")
 	if status != 200 || json.Unmarshal(body, &view) != nil || view.Balance != tollgate.MustParseAmount("3.25")-flatHold || view.Held != 0 {

@@ -135,7 +135,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(nil)); err != nil {
+	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(adminRoutes(cfg, st, m.Log))); err != nil {
 		m.Close(ctx)
 		return err
 	}

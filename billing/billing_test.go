@@ -1,0 +1,154 @@
+package billing_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/sqlite"
+)
+
+func setup(t *testing.T, o billing.Options, balance tollgate.Amount) (*sqlite.DB, *billing.Biller, tollgate.Account, tollgate.Key) {
+	t.Helper()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := billing.New(db, o)
+	t.Cleanup(func() { b.Close(); db.Close() })
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "b", Balance: balance, Created: time.Now()}
+	if err := db.CreateAccount(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Prefix: "sk-tg-xxxx", Created: time.Now()}
+	if err := db.CreateKey(context.Background(), k, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
+		t.Fatal(err)
+	}
+	return db, b, a, k
+}
+
+func hold(t *testing.T, b *billing.Biller, a tollgate.Account, k tollgate.Key, amt tollgate.Amount) (string, error) {
+	t.Helper()
+	return b.Hold(context.Background(), tollgate.HoldRequest{RequestID: tollgate.NewID("req_"), AccountID: a.ID, KeyID: k.ID,
+		Model: "m", Class: tollgate.ClassNetwork, Amount: amt, TokenBound: 100})
+}
+
+func charge(a tollgate.Account, k tollgate.Key, cost tollgate.Amount) tollgate.Charge {
+	return tollgate.Charge{RequestID: tollgate.NewID("req_"), AccountID: a.ID, KeyID: k.ID, Model: "m",
+		Class: tollgate.ClassNetwork, PromptTokens: 1, CompletionTokens: 1, Cost: cost}
+}
+
+// Concurrent holds through the batcher: exactly what the balance affords,
+// and the refusals carry both amounts.
+func TestBillerConcurrentHolds(t *testing.T) {
+	db, b, a, k := setup(t, billing.Options{}, tollgate.MustParseAmount("1"))
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := hold(t, b, a, k, tollgate.MustParseAmount("0.1"))
+			mu.Lock()
+			defer mu.Unlock()
+			switch tollgate.ErrorCode(err) {
+			case tollgate.CodeInternal:
+				if err != nil {
+					t.Errorf("hold: %v", err)
+				}
+				ok++
+			case tollgate.CodeInsufficientBalance:
+				refused++
+			default:
+				t.Errorf("hold: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 10 || refused != 54 {
+		t.Errorf("%d placed, %d refused; want 10 and 54", ok, refused)
+	}
+	bal, _ := db.Balance(context.Background(), a.ID)
+	if bal.Held != tollgate.MustParseAmount("1") || bal.Free != 0 {
+		t.Errorf("balance %+v", bal)
+	}
+	if st := b.Stats(); st.Holds != 10 || st.Refused != 54 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// With AsyncSettle a settle within its hold returns the cost at once and is
+// committed by Wait/Close; a settle above its hold waits and is capped.
+func TestBillerAsyncSettle(t *testing.T) {
+	db, b, a, k := setup(t, billing.Options{AsyncSettle: true}, tollgate.MustParseAmount("1"))
+	ctx := context.Background()
+	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Settle(ctx, id, charge(a, k, tollgate.MustParseAmount("0.2")))
+	if err != nil || got != tollgate.MustParseAmount("0.2") {
+		t.Fatalf("async settle = %s, %v", got, err)
+	}
+	b.Wait()
+	bal, _ := db.Balance(ctx, a.ID)
+	if bal.Balance != tollgate.MustParseAmount("0.8") || bal.Held != 0 {
+		t.Errorf("after Wait: %+v", bal)
+	}
+	// A retried settle of the same hold returns the first charge.
+	if again, err := b.Settle(ctx, id, charge(a, k, tollgate.MustParseAmount("0.3"))); err != nil || again != tollgate.MustParseAmount("0.2") {
+		t.Errorf("retried settle = %s, %v; want the first charge 0.2", again, err)
+	}
+	id2, err := hold(t, b, a, k, tollgate.MustParseAmount("0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.Settle(ctx, id2, charge(a, k, tollgate.MustParseAmount("5")))
+	if err != nil || got != tollgate.MustParseAmount("0.8") {
+		t.Errorf("settle above the hold = %s, %v; want the whole balance 0.8", got, err)
+	}
+	if st := b.Stats(); st.Uncollected != 1 || st.UncollectedAmount != tollgate.MustParseAmount("4.2") {
+		t.Errorf("uncollected stats = %+v", st)
+	}
+	r, err := billing.Audit(ctx, db, time.Now(), time.Minute)
+	if err != nil || !r.OK {
+		t.Errorf("audit: %v %v", r.Problems, err)
+	}
+}
+
+// Release is idempotent, and a hold of a dead instance is swept.
+func TestBillerReleaseAndSweep(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	db, b, a, k := setup(t, billing.Options{Lease: time.Minute, Now: clock}, tollgate.MustParseAmount("1"))
+	ctx := context.Background()
+	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, id); err != nil {
+		t.Errorf("second release: %v", err)
+	}
+	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("0.3")); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.SweepOnce(ctx); n != 0 {
+		t.Errorf("swept %d live holds", n)
+	}
+	now = now.Add(2 * time.Minute) // the lease ran out without a renewal
+	if n := b.SweepOnce(ctx); n != 1 {
+		t.Errorf("swept %d holds, want the expired one", n)
+	}
+	bal, _ := db.Balance(ctx, a.ID)
+	if bal.Balance != tollgate.MustParseAmount("1") || bal.Held != 0 {
+		t.Errorf("after sweep: %+v", bal)
+	}
+}
