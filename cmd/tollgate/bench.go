@@ -7,13 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -153,8 +155,23 @@ models:
 		return err
 	}
 
+	// A bare reverse proxy to the same simulator: the cost of a second
+	// loopback hop alone, so tollgate's own work can be told from the hop's.
+	simURL, _ := url.Parse(sim.URL())
+	rp := httputil.NewSingleHostReverseProxy(simURL)
+	rp.FlushInterval = -1
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true}
+	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	proxySrv := &http.Server{Handler: rp}
+	go proxySrv.Serve(proxyLn)
+	defer proxySrv.Close()
+
 	type target struct{ name, url, model, key string }
 	direct := target{"direct", sim.URL() + "/v1/chat/completions", "bench-up", ""}
+	proxied := target{"bare proxy", "http://" + proxyLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	through := target{"tollgate", m.APIURL() + "/chat/completions", "bench", secret}
 	body := func(model string, stream bool) []byte {
 		return []byte(`{"model":"` + model + `","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Write one short sentence about gateways."}],"temperature":0.7,"stream":` + fmt.Sprint(stream) + `}`)
@@ -241,10 +258,10 @@ models:
 	}
 
 	type pair struct {
-		label           string
-		stream          bool
-		workers         int
-		direct, through benchResult
+		label                  string
+		stream                 bool
+		workers                int
+		direct, proxy, through benchResult
 	}
 	pairs := []*pair{
 		{label: "non-streamed, saturated", stream: false, workers: *conc},
@@ -258,12 +275,13 @@ models:
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind, *billingOn)
 	for _, p := range pairs {
 		p.direct = run(direct, p.stream, p.workers)
+		p.proxy = run(proxied, p.stream, p.workers)
 		p.through = run(through, p.stream, p.workers)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tconc\ttarget\treq/s\tp50\tp99\tttft p50\terrors\tallocs/req\t")
 	for _, p := range pairs {
-		for _, r := range []benchResult{p.direct, p.through} {
+		for _, r := range []benchResult{p.direct, p.proxy, p.through} {
 			ttft := "-"
 			if p.stream {
 				ttft = pct(r.ttft, 0.5).Round(time.Microsecond).String()
@@ -276,15 +294,19 @@ models:
 	tw.Flush()
 	fmt.Fprintln(c.stdout)
 	for _, p := range pairs {
-		d, t := p.direct, p.through
-		line := fmt.Sprintf("%-27s throughput ratio %.2f   p50 added %s   p99 added %s   allocs added/req %.0f",
-			p.label+":", t.rps()/d.rps(), (pct(t.lat, 0.5) - pct(d.lat, 0.5)).Round(time.Microsecond),
-			(pct(t.lat, 0.99) - pct(d.lat, 0.99)).Round(time.Microsecond),
-			float64(t.allocs)/float64(max(t.requests, 1))-float64(d.allocs)/float64(max(d.requests, 1)))
+		d, x, t := p.direct, p.proxy, p.through
+		per := func(r benchResult) float64 { return float64(r.allocs) / float64(max(r.requests, 1)) }
+		fmt.Fprintf(c.stdout, "%s (%d clients)\n", p.label, p.workers)
+		fmt.Fprintf(c.stdout, "  vs direct:     throughput ratio %.2f   p50 added %s   p99 added %s   allocs added/req %.0f\n",
+			t.rps()/d.rps(), (pct(t.lat, 0.5) - pct(d.lat, 0.5)).Round(time.Microsecond),
+			(pct(t.lat, 0.99) - pct(d.lat, 0.99)).Round(time.Microsecond), per(t)-per(d))
+		fmt.Fprintf(c.stdout, "  vs bare proxy: throughput ratio %.2f   p50 added %s   p99 added %s   allocs added/req %.0f\n",
+			t.rps()/x.rps(), (pct(t.lat, 0.5) - pct(x.lat, 0.5)).Round(time.Microsecond),
+			(pct(t.lat, 0.99) - pct(x.lat, 0.99)).Round(time.Microsecond), per(t)-per(x))
 		if p.stream {
-			line += fmt.Sprintf("   ttft added %s", (pct(t.ttft, 0.5) - pct(d.ttft, 0.5)).Round(time.Microsecond))
+			fmt.Fprintf(c.stdout, "  ttft added:    vs direct %s   vs bare proxy %s\n",
+				(pct(t.ttft, 0.5) - pct(d.ttft, 0.5)).Round(time.Microsecond), (pct(t.ttft, 0.5) - pct(x.ttft, 0.5)).Round(time.Microsecond))
 		}
-		fmt.Fprintln(c.stdout, strings.TrimRight(line, " "))
 	}
 	return nil
 }
