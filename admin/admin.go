@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/server"
 )
 
 // Store is what the admin API reads and writes.
@@ -231,43 +232,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return enc.Encode(v)
 }
 
-func statusOf(c tollgate.Code) int {
-	switch c {
-	case tollgate.CodeInvalidRequest, tollgate.CodeInvalidJSON:
-		return http.StatusBadRequest
-	case tollgate.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case tollgate.CodeInsufficientBalance:
-		return http.StatusPaymentRequired
-	case tollgate.CodeNotFound:
-		return http.StatusNotFound
-	case tollgate.CodeConflict:
-		return http.StatusConflict
-	}
-	return http.StatusInternalServerError
-}
-
-// writeError writes the same error envelope as the API listener.
+// writeError answers with the one error mapper every listener uses.
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
-	var e *tollgate.Error
-	if !errors.As(err, &e) {
-		log.Error("admin API error", "err", err)
-		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error"}
-	}
-	var body struct {
-		Error struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	body.Error.Message, body.Error.Type, body.Error.Code = e.Message, "invalid_request_error", string(e.Code)
-	if e.Param != "" {
-		body.Error.Param = &e.Param
-	}
-	if statusOf(e.Code) >= 500 {
-		body.Error.Type = "server_error"
-	}
-	_ = writeJSON(w, statusOf(e.Code), body)
+	server.WriteError(w, log, err)
 }

@@ -48,10 +48,11 @@ func statusOf(c tollgate.Code) int {
 	return http.StatusInternalServerError
 }
 
-// writeError writes the protocol's error envelope for err. Errors that are
-// not *tollgate.Error are bugs: the client gets internal_error with the
-// request id, the log gets the cause.
-func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+// WriteError writes the protocol's error envelope for err, with the status
+// its code maps to; every listener (API, public, admin) answers errors
+// through it. Errors that are not *tollgate.Error are bugs: the client gets
+// internal_error with the request id, the log gets the cause.
+func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 	var e *tollgate.Error
 	if !errors.As(err, &e) {
 		id := w.Header().Get("X-Request-Id")

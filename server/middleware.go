@@ -99,7 +99,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				}
 				s.Log.Error("panic", "request_id", ri.id, "panic", fmt.Sprint(p))
 				if sw.status == 0 {
-					writeError(sw, r, s.Log, tollgate.Errorf(tollgate.CodeInternal, "internal error; quote request id %s when reporting it", ri.id))
+					WriteError(sw, s.Log, tollgate.Errorf(tollgate.CodeInternal, "internal error; quote request id %s when reporting it", ri.id))
 				}
 			}
 			s.logRequest(r, sw, ri, time.Since(start))

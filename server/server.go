@@ -106,17 +106,17 @@ func (s *Server) mux(routes []route) *http.ServeMux {
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			if !allowed(rt.methods, r.Method) {
 				w.Header().Set("Allow", rt.methods)
-				writeError(w, r, s.Log, tollgate.Errorf(tollgate.CodeMethodNotAllowed,
+				WriteError(w, s.Log, tollgate.Errorf(tollgate.CodeMethodNotAllowed,
 					"%s is not allowed on %s; use %s", r.Method, rt.path, rt.methods))
 				return
 			}
 			if err := rt.handler(s, w, r); err != nil {
-				writeError(w, r, s.Log, err)
+				WriteError(w, s.Log, err)
 			}
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
+		WriteError(w, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
 			"%s %s is not served on this listener (it serves %s)", r.Method, r.URL.Path, served))
 	})
 	return mux

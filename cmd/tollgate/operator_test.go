@@ -131,7 +131,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 	acctPath := "/admin/v1/accounts/" + h.acct.ID
 	for _, tok := range []string{"", "wrong", "s3cret-admin-token-and-more"} {
-		if status, body := call("GET", acctPath, tok, ""); status != 401 || !strings.Contains(string(body), `"code": "unauthorized"`) {
+		if status, body := call("GET", acctPath, tok, ""); status != 401 || !strings.Contains(string(body), `"code":"unauthorized"`) {
 			t.Errorf("token %q: %d %s", tok, status, body)
 		}
 	}
