@@ -197,7 +197,8 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 func Load(path string) (*Config, error) { return load(path, true) }
 
 // LoadForStore is Load for commands that only manage the store (accounts,
-// keys, migrate, usage): the backends' key variables need not be set.
+// keys, migrate, usage): only the store's own variable must be set, not the
+// backends' keys nor the admin token.
 func LoadForStore(path string) (*Config, error) { return load(path, false) }
 
 func load(path string, backendSecrets bool) (*Config, error) {
@@ -302,7 +303,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	}
 	if c.AdminTokenEnv != "" {
 		c.AdminToken = getenv(c.AdminTokenEnv)
-		if c.AdminToken == "" && c.Listen.Admin != "" {
+		if c.AdminToken == "" && c.Listen.Admin != "" && backendSecrets {
 			bad("admin_token_env", "environment variable %s is empty or unset", c.AdminTokenEnv)
 		}
 	}

@@ -123,6 +123,16 @@ func TestSecretsAndStoreOnlyLoading(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadForStore needs no backend secrets: %v", err)
 	}
+	withAdmin := minimal + "admin_token_env: ADMIN_TOKEN\n"
+	if err := os.WriteFile(path, []byte(strings.Replace(withAdmin, `listen: {api: "127.0.0.1:0"}`, `listen: {api: "127.0.0.1:0", admin: "127.0.0.1:0"}`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadForStore(path); err != nil {
+		t.Fatalf("LoadForStore needs no admin token: %v", err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "ADMIN_TOKEN") {
+		t.Fatalf("Load without the admin token: %v", err)
+	}
 	if c.Store.Path != filepath.Join(dir, "data/t.db") {
 		t.Errorf("store path = %s", c.Store.Path)
 	}
