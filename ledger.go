@@ -75,6 +75,14 @@ const (
 	OpHold BillingOpKind = iota + 1
 	OpSettle
 	OpRelease
+	// OpReserve grows (or creates) an instance's reservation on an account
+	// and key: a holds row with no request (docs/billing.md, "Reservations").
+	OpReserve
+	// OpReturn gives part of a reservation back to the free balance.
+	OpReturn
+	// OpCharge settles a request whose hold was placed in memory against a
+	// reservation: the charge is paid from the reservation.
+	OpCharge
 )
 
 // HoldOutcome is why a hold was refused (or HoldOK).
@@ -86,6 +94,9 @@ const (
 	HoldKeyLimit
 	HoldRateLimited
 	HoldNoAccount
+	// HoldDirect (OpReserve): the key has a spend or rate limit, so its
+	// requests take the per-request path.
+	HoldDirect
 )
 
 // BillingOp is one hold, settle or release. A store applies a batch of them
@@ -115,6 +126,27 @@ type BillingOp struct {
 	// Replayed (OpSettle, OpRelease): the hold was already settled or
 	// released; nothing changed, Charged is the earlier charge.
 	Replayed bool
+
+	// Reservations (OpReserve, OpReturn, OpCharge). Reservation is the id
+	// of the reservation row (OpReserve: Hold.ID). OpReserve asks for
+	// Hold.Amount and accepts no less than Need, and never more than
+	// 1/Fraction of the free balance, nor anything when the free balance is
+	// below MinFree; Create inserts the row, else it must exist (Gone if it
+	// does not: it was swept). Granted is what was added.
+	Reservation string
+	Need        Amount
+	MinFree     Amount
+	Fraction    int64
+	Create      bool
+	Granted     Amount
+	// OpCharge: Covered is taken from the reservation towards Charge.Cost
+	// (the rest, if any, from the free balance); Return (OpCharge and
+	// OpReturn) is given back from the reservation to the free balance.
+	Covered Amount
+	Return  Amount
+	// Gone: the reservation row does not exist (swept after its lease):
+	// OpCharge then charged from the free balance alone.
+	Gone bool
 }
 
 // Balance is an account's money as the books see it.

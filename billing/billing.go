@@ -61,6 +61,25 @@ type Options struct {
 	// returns once its charge is committed. See docs/billing.md,
 	// "Asynchronous settles".
 	AsyncSettle bool
+	// NoReserve turns reservations off: every hold and settle is a
+	// database operation (docs/billing.md, "Reservations").
+	NoReserve bool
+	// ReserveMultiple is the first top-up of a reservation as a multiple of
+	// the recent hold size (default 32); it doubles, up to
+	// ReserveMaxMultiple (default 1024), while top-ups come within 250 ms.
+	ReserveMultiple, ReserveMaxMultiple int
+	// ReserveFraction: a top-up takes at most 1/ReserveFraction of the
+	// account's free balance (default 8).
+	ReserveFraction int
+	// ReserveMinHolds: an account reserves only while its free balance is
+	// at least this many times the hold (default 256); below, its requests
+	// take the per-request path, which is exact across instances.
+	ReserveMinHolds int
+	// ReserveIdle: a reservation without a new hold for this long gives its
+	// unused part back (default 1s). ReserveRecheck: how long an account
+	// refused a top-up takes the per-request path before trying again
+	// (default 1s; ten times that for a key with limits).
+	ReserveIdle, ReserveRecheck time.Duration
 	// Instance names this process in the holds it owns. Default random.
 	Instance string
 	Logger   *slog.Logger
@@ -83,6 +102,20 @@ func (o *Options) setDefaults() {
 	if o.Workers <= 0 {
 		o.Workers = 1
 	}
+	if o.ReserveMultiple <= 0 {
+		o.ReserveMultiple = 32
+	}
+	if o.ReserveMaxMultiple < o.ReserveMultiple {
+		o.ReserveMaxMultiple = max(1024, o.ReserveMultiple)
+	}
+	if o.ReserveFraction <= 0 {
+		o.ReserveFraction = 8
+	}
+	if o.ReserveMinHolds <= 0 {
+		o.ReserveMinHolds = 256
+	}
+	def(&o.ReserveIdle, time.Second)
+	def(&o.ReserveRecheck, time.Second)
 	if o.Instance == "" {
 		o.Instance = tollgate.NewID("inst_")
 	}
@@ -103,6 +136,9 @@ type Stats struct {
 	UncollectedAmount tollgate.Amount
 	Swept             int64
 	Batches           int64
+	// Reserves and Returns count reservation top-ups and give-backs;
+	// InMemory the holds placed against a reservation (no database write).
+	Reserves, Returns, InMemory int64
 }
 
 // Biller is the tollgate.Biller of a store. Build it with New, run Run in
@@ -124,6 +160,10 @@ type Biller struct {
 	async sync.WaitGroup
 
 	holds, refused, settled, released, uncollected, uncollectedAmt, swept, batches atomic.Int64
+	reserves, returns, inMemory                                                    atomic.Int64
+
+	resvMu sync.Mutex
+	resvs  map[resvKey]*resv
 }
 
 var _ tollgate.Biller = (*Biller)(nil)
@@ -131,6 +171,7 @@ var _ tollgate.Biller = (*Biller)(nil)
 type liveHold struct {
 	account string
 	amount  tollgate.Amount
+	mem     *memHold // placed in memory against a reservation; nil: a holds row
 }
 
 type pending struct {
@@ -145,7 +186,7 @@ var ErrClosed = errors.New("billing: closed")
 // New starts a Biller on st.
 func New(st Store, o Options) *Biller {
 	o.setDefaults()
-	b := &Biller{st: st, opts: o, log: o.Logger, queue: make(chan *pending), quit: make(chan struct{})}
+	b := &Biller{st: st, opts: o, log: o.Logger, queue: make(chan *pending), quit: make(chan struct{}), resvs: map[resvKey]*resv{}}
 	for range o.Workers {
 		b.wg.Add(1)
 		go b.worker()
@@ -156,22 +197,30 @@ func New(st Store, o Options) *Biller {
 // Instance is the id this process's holds carry.
 func (b *Biller) Instance() string { return b.opts.Instance }
 
-// Close stops the batch workers once the operations already queued are
-// written. Operations after Close fail with ErrClosed.
+// Close gives back the unused part of this instance's reservations and stops
+// the batch workers once the operations already queued are written.
+// Operations after Close fail with ErrClosed.
 func (b *Biller) Close() {
 	b.async.Wait()
+	b.ReturnReservations(context.Background(), 0)
 	b.once.Do(func() { close(b.quit) })
 	b.wg.Wait()
 }
 
-// Wait returns once every settle handed over so far is committed (or failed).
-func (b *Biller) Wait() { b.async.Wait() }
+// Wait returns once every settle handed over so far is committed (or
+// failed), and the unused part of every reservation is given back: the
+// books then show only the holds of requests in flight.
+func (b *Biller) Wait() {
+	b.async.Wait()
+	b.ReturnReservations(context.Background(), 0)
+}
 
 // Stats returns the counters.
 func (b *Biller) Stats() Stats {
 	return Stats{Holds: b.holds.Load(), Refused: b.refused.Load(), Settled: b.settled.Load(), Released: b.released.Load(),
 		Uncollected: b.uncollected.Load(), UncollectedAmount: tollgate.Amount(b.uncollectedAmt.Load()),
-		Swept: b.swept.Load(), Batches: b.batches.Load()}
+		Swept: b.swept.Load(), Batches: b.batches.Load(),
+		Reserves: b.reserves.Load(), Returns: b.returns.Load(), InMemory: b.inMemory.Load()}
 }
 
 // do queues op and waits until its batch is committed. It does not give up
@@ -253,6 +302,17 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	if req.Amount < 0 {
 		return "", fmt.Errorf("hold for %s: negative amount %s", req.RequestID, req.Amount)
 	}
+	if !b.opts.NoReserve {
+		id, ok, err := b.holdReserved(h)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			b.holds.Add(1)
+			b.inMemory.Add(1)
+			return id, nil
+		}
+	}
 	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpHold, Hold: h})
 	if err != nil {
 		return "", fmt.Errorf("hold for %s: %w", req.RequestID, err)
@@ -298,6 +358,9 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		c.Time = b.opts.Now()
 	}
 	lh, ok := b.live.LoadAndDelete(holdID)
+	if ok && lh.(liveHold).mem != nil {
+		return b.chargeReserved(holdID, lh.(liveHold).mem, c)
+	}
 	if ok && b.opts.AsyncSettle && c.Cost <= lh.(liveHold).amount {
 		// The hold covers the cost, so the charge is the cost whatever else
 		// happens on the account (balance − held ≥ 0 always): it is known
@@ -338,6 +401,10 @@ func (b *Biller) settle(holdID string, c tollgate.Charge) (tollgate.Amount, erro
 func (b *Biller) Release(ctx context.Context, holdID string) error {
 	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
 	if lh, ok := b.live.LoadAndDelete(holdID); ok {
+		if m := lh.(liveHold).mem; m != nil {
+			b.releaseReserved(m)
+			return nil
+		}
 		op.Hold.AccountID = lh.(liveHold).account
 	}
 	op, err := b.do(op)
@@ -357,6 +424,8 @@ func (b *Biller) Run(ctx context.Context) error {
 	defer renew.Stop()
 	sweep := time.NewTicker(b.opts.Sweep)
 	defer sweep.Stop()
+	idle := time.NewTicker(b.opts.ReserveIdle / 2)
+	defer idle.Stop()
 	b.SweepOnce(ctx) // holds left by an earlier run of a dead process
 	for {
 		select {
@@ -368,6 +437,8 @@ func (b *Biller) Run(ctx context.Context) error {
 			}
 		case <-sweep.C:
 			b.SweepOnce(ctx)
+		case <-idle.C:
+			b.ReturnReservations(ctx, b.opts.ReserveIdle)
 		}
 	}
 }

@@ -152,3 +152,113 @@ func TestBillerReleaseAndSweep(t *testing.T) {
 		t.Errorf("after sweep: %+v", bal)
 	}
 }
+
+// Reservations: holds placed in memory against a slice of the balance
+// still serve exactly what the account affords, concurrently; the settles
+// are charged one ledger row each; the unused slice goes back when idle and
+// on Wait/Close.
+func TestBillerReservationExactlyN(t *testing.T) {
+	const n = 300
+	h := tollgate.MustParseAmount("0.001")
+	db, b, a, k := setup(t, billing.Options{ReserveMinHolds: 1, ReserveMultiple: 8, ReserveIdle: 50 * time.Millisecond}, h*n+h-1)
+	ctx := context.Background()
+	var mu sync.Mutex
+	served, refused := 0, 0
+	var wg sync.WaitGroup
+	for range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := hold(t, b, a, k, h)
+			if err != nil {
+				if tollgate.ErrorCode(err) != tollgate.CodeInsufficientBalance {
+					t.Errorf("hold: %v", err)
+				}
+				mu.Lock()
+				refused++
+				mu.Unlock()
+				return
+			}
+			got, err := b.Settle(ctx, id, charge(a, k, h))
+			if err != nil || got != h {
+				t.Errorf("settle: %s, %v", got, err)
+			}
+			mu.Lock()
+			served++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if served != n || refused != n {
+		t.Errorf("served %d refused %d, want %d and %d", served, refused, n, n)
+	}
+	st := b.Stats()
+	if st.InMemory == 0 || st.Reserves == 0 {
+		t.Errorf("no hold was placed against a reservation: %+v", st)
+	}
+	b.Wait()
+	bal, _ := db.Balance(ctx, a.ID)
+	if bal.Balance != h-1 || bal.Held != 0 {
+		t.Errorf("balance %s held %s, want %s and 0", bal.Balance, bal.Held, h-1)
+	}
+	if r, err := billing.Audit(ctx, db, time.Now(), 0); err != nil || !r.OK {
+		t.Errorf("audit: %v %v", r.Problems, err)
+	}
+}
+
+func TestBillerReservationIdleAndClose(t *testing.T) {
+	db, b, a, k := setup(t, billing.Options{ReserveIdle: 50 * time.Millisecond}, tollgate.MustParseAmount("100"))
+	ctx := context.Background()
+	run, stop := context.WithCancel(ctx)
+	defer stop()
+	go b.Run(run)
+	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bal, _ := db.Balance(ctx, a.ID)
+	if bal.Held <= tollgate.MustParseAmount("0.01") {
+		t.Errorf("held %s: want a reservation larger than the hold", bal.Held)
+	}
+	hs, _ := db.Holds(ctx, a.ID)
+	if len(hs) != 1 || hs[0].RequestID != "" || hs[0].Owner != b.Instance() {
+		t.Errorf("holds %+v: want one reservation row of this instance", hs)
+	}
+	if got, err := b.Settle(ctx, id, charge(a, k, tollgate.MustParseAmount("0.004"))); err != nil || got != tollgate.MustParseAmount("0.004") {
+		t.Fatalf("settle: %s %v", got, err)
+	}
+	// Idle: the reservation goes back by itself.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		bal, _ = db.Balance(ctx, a.ID)
+		if bal.Held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle reservation was not returned: %+v", bal)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if bal.Balance != tollgate.MustParseAmount("99.996") {
+		t.Errorf("balance %s", bal.Balance)
+	}
+	if hs, _ := db.Holds(ctx, a.ID); len(hs) != 0 {
+		t.Errorf("holds after return: %+v", hs)
+	}
+	// Close gives back a reservation in use a moment ago.
+	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01")); err != nil {
+		t.Fatal(err)
+	}
+	b2 := b
+	id2, err := hold(t, b2, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Release(ctx, id2)
+	// One hold is still in flight: Close returns all but it.
+	b.Close()
+	bal, _ = db.Balance(ctx, a.ID)
+	if bal.Held != tollgate.MustParseAmount("0.01") {
+		t.Errorf("after Close with one hold in flight: held %s, want 0.01", bal.Held)
+	}
+}

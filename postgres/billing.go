@@ -21,13 +21,14 @@ import (
 // one round trip and commits once.
 
 const (
+	reservationGone      = "P0002" // raised by tollgate_take
 	deadlockDetected     = "40P01"
 	serializationFailure = "40001"
 )
 
 // opAccount is the account whose row an op locks first (for the lock order).
 func opAccount(op *tollgate.BillingOp) string {
-	if op.Kind == tollgate.OpSettle {
+	if op.Kind == tollgate.OpSettle || op.Kind == tollgate.OpCharge {
 		return op.Charge.AccountID
 	}
 	return op.Hold.AccountID // OpRelease: the caller may set it to order the lock
@@ -43,7 +44,12 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 	slices.SortStableFunc(sorted, func(a, b *tollgate.BillingOp) int { return strings.Compare(opAccount(a), opAccount(b)) })
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return applyBatch(ctx, tx, sorted) })
+		err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return applyBatch(ctx, tx, sorted, len(sorted) > 1) })
+		if pgCode(err) == reservationGone {
+			// A reservation was swept: charge by charge, those come from
+			// the free balance alone.
+			err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return applyBatch(ctx, tx, sorted, false) })
+		}
 		if c := pgCode(err); c != deadlockDetected && c != serializationFailure {
 			break
 		}
@@ -54,10 +60,70 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 	return nil
 }
 
-func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp) error {
+// summed reports whether op is a charge its reservation covers, which
+// applyBatch writes as a ledger insert plus one tollgate_take per reservation.
+func summed(op *tollgate.BillingOp, sum bool) bool {
+	return sum && op.Kind == tollgate.OpCharge && op.Charge.Cost <= op.Covered
+}
+
+func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum bool) error {
 	b := &pgx.Batch{}
+	// Summed charges: the reservation's take (which locks the account row
+	// first, in account order) goes before the first of its ledger rows.
+	taken := map[string]bool{}
+	type take struct {
+		account, key  string
+		taken, charged int64
+	}
+	takes := map[string]*take{}
 	for _, op := range ops {
+		if summed(op, sum) {
+			t := takes[op.Reservation]
+			if t == nil {
+				t = &take{account: op.Charge.AccountID, key: op.Charge.KeyID}
+				takes[op.Reservation] = t
+			}
+			t.taken += int64(op.Covered + op.Return)
+			t.charged += int64(op.Charge.Cost)
+		}
+	}
+	for _, op := range ops {
+		if summed(op, sum) {
+			c := &op.Charge
+			if !taken[op.Reservation] {
+				taken[op.Reservation] = true
+				t := takes[op.Reservation]
+				b.Queue(`SELECT tollgate_take($1, $2, $3, $4, $5)`, op.Reservation, t.account, t.key, t.taken, t.charged)
+			}
+			id := c.RequestID
+			if id == "" {
+				id = op.HoldID
+			}
+			b.Queue(`INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
+				prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated)
+				VALUES ($1, 'charge', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 0, $17)`,
+				id, c.AccountID, -int64(c.Cost), c.Time, op.HoldID, c.KeyID, c.Model, string(c.Class), c.Node, c.PromptTokens,
+				c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Estimated)
+			continue
+		}
 		switch op.Kind {
+		case tollgate.OpReserve:
+			h := &op.Hold
+			b.Queue(`SELECT outcome, free, granted, gone FROM tollgate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+				h.ID, h.AccountID, h.KeyID, h.Owner, h.Created, h.Expires, int64(h.Amount), int64(op.Need), int64(op.MinFree),
+				op.Fraction, op.Create)
+		case tollgate.OpReturn:
+			b.Queue(`SELECT tollgate_return($1, $2, $3)`, op.Reservation, op.Hold.AccountID, int64(op.Return))
+		case tollgate.OpCharge:
+			c := &op.Charge
+			id := c.RequestID
+			if id == "" {
+				id = op.HoldID
+			}
+			b.Queue(`SELECT charged, uncollected, replayed, gone FROM tollgate_charge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+				op.HoldID, op.Reservation, id, c.AccountID, c.KeyID, c.Model, string(c.Class), c.Node, c.PromptTokens, c.CompletionTokens,
+				c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), int64(op.Covered),
+				int64(op.Return), c.Estimated, c.Time)
 		case tollgate.OpHold:
 			h := &op.Hold
 			b.Queue(`SELECT outcome, free, retry_minute FROM tollgate_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
@@ -79,9 +145,36 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp) error
 		}
 	}
 	br := tx.SendBatch(ctx, b)
+	taken = map[string]bool{}
 	for _, op := range ops {
 		var err error
+		if summed(op, sum) {
+			if !taken[op.Reservation] {
+				taken[op.Reservation] = true
+				if _, err := br.Exec(); err != nil {
+					br.Close()
+					return err
+				}
+			}
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
+			op.Charged, op.Uncollected, op.Replayed, op.Gone = op.Charge.Cost, 0, false, false
+			continue
+		}
 		switch op.Kind {
+		case tollgate.OpReserve:
+			var outcome int32
+			var free, granted int64
+			err = br.QueryRow().Scan(&outcome, &free, &granted, &op.Gone)
+			op.Outcome, op.Free, op.Granted = tollgate.HoldOutcome(outcome), tollgate.Amount(free), tollgate.Amount(granted)
+		case tollgate.OpReturn:
+			err = br.QueryRow().Scan(&op.Gone)
+		case tollgate.OpCharge:
+			var charged, uncollected int64
+			err = br.QueryRow().Scan(&charged, &uncollected, &op.Replayed, &op.Gone)
+			op.Charged, op.Uncollected = tollgate.Amount(charged), tollgate.Amount(uncollected)
 		case tollgate.OpHold:
 			var outcome int32
 			var free, retry int64
@@ -111,7 +204,7 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp) error
 // RenewHolds extends the lease of every hold owned by owner and created after
 // createdAfter to expires, and returns how many it renewed.
 func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
-	tag, err := db.pool.Exec(ctx, `UPDATE holds SET expires = $1 WHERE owner = $2 AND created > $3 AND expires < $1`,
+	tag, err := db.pool.Exec(ctx, `UPDATE holds SET expires = $1 WHERE owner = $2 AND (created > $3 OR request_id = '') AND expires < $1`,
 		expires, owner, createdAfter)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: renew holds of %s: %w", owner, err)

@@ -21,6 +21,7 @@ type billStmts struct {
 	holdAccount, holdKey, selWindow, addWindow, insHold                            *sql.Stmt
 	delHold, selReplay, selAccount, settleAccount, settleKey, fixWindow, insLedger *sql.Stmt
 	relAccount, relKey, relWindow                                                  *sql.Stmt
+	takeReservation                                                                *sql.Stmt
 }
 
 func (db *DB) prepareBilling(ctx context.Context) error {
@@ -51,6 +52,7 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 		{&b.relAccount, `UPDATE accounts SET held = held - ? WHERE id = ?`},
 		{&b.relKey, `UPDATE api_keys SET held = held - ? WHERE id = ?`},
 		{&b.relWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
+		{&b.takeReservation, `UPDATE holds SET amount = amount - ? WHERE id = ? AND request_id = ''`},
 	} {
 		st, err := db.w.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -64,11 +66,36 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 // ApplyBilling applies ops in order in one transaction (group commit: one
 // fsync for the whole batch). Each op's result is filled in; a refused hold
 // is a result, not an error. An error means nothing of the batch was applied.
+//
+// Charges against reservations (OpCharge within what their reservation
+// covers) are the hot path: each writes its ledger row, and the balance,
+// key and reservation updates are summed per reservation and written once
+// per run of consecutive charges (docs/billing.md, "Reservations").
 func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.applyBilling(ctx, ops, true)
+	if errors.Is(err, errReservationGone) {
+		// A reservation was swept: apply the batch again charge by charge,
+		// which charges those from the free balance alone.
+		err = db.applyBilling(ctx, ops, false)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
+	}
+	return nil
+}
+
+var errReservationGone = errors.New("a reservation is gone")
+
+func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum bool) error {
+	return db.write(ctx, func(tx *sql.Tx) error {
 		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
 		for _, op := range ops {
 			var err error
+			if op.Kind != tollgate.OpCharge || !sum || op.Charge.Cost > op.Covered {
+				if err := b.flushCharges(); err != nil {
+					return err
+				}
+			}
 			switch op.Kind {
 			case tollgate.OpHold:
 				err = b.hold(op)
@@ -76,6 +103,16 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 				err = b.settle(op)
 			case tollgate.OpRelease:
 				_, err = b.release(op.HoldID, op)
+			case tollgate.OpReserve:
+				err = b.reserve(op)
+			case tollgate.OpReturn:
+				err = b.giveBack(op)
+			case tollgate.OpCharge:
+				if sum && op.Charge.Cost <= op.Covered {
+					err = b.chargeSummed(op)
+				} else {
+					err = b.charge(op)
+				}
 			default:
 				err = fmt.Errorf("unknown op kind %d", op.Kind)
 			}
@@ -83,12 +120,8 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 				return err
 			}
 		}
-		return nil
+		return b.flushCharges()
 	})
-	if err != nil {
-		return fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
-	}
-	return nil
 }
 
 // txStmts binds the prepared statements to one transaction, once each.
@@ -97,6 +130,13 @@ type txStmts struct {
 	tx    *sql.Tx
 	s     *billStmts
 	bound map[*sql.Stmt]*sql.Stmt
+	sums  []*chargeSum // charges summed per reservation, not yet written
+}
+
+// chargeSum is what consecutive charges take from one reservation.
+type chargeSum struct {
+	reservation, account, key string
+	taken, charged            int64 // from the reservation (and held); from the balance
 }
 
 func (b *txStmts) st(s *sql.Stmt) *sql.Stmt {
@@ -241,6 +281,214 @@ func (b *txStmts) settle(op *tollgate.BillingOp) error {
 	return err
 }
 
+// reserve grows or creates an instance's reservation: a holds row with no
+// request id, counted in accounts.held and api_keys.held like any hold.
+func (b *txStmts) reserve(op *tollgate.BillingOp) error {
+	h := &op.Hold
+	op.Outcome, op.Granted, op.Gone, op.Free = tollgate.HoldOK, 0, false, 0
+	var balance, held int64
+	err := b.row(b.s.selAccount, h.AccountID).Scan(&balance, &held)
+	if errors.Is(err, sql.ErrNoRows) {
+		op.Outcome = tollgate.HoldNoAccount
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var limit, rpm, tpm int64
+	err = b.tx.QueryRowContext(b.ctx, `SELECT spend_limit, rpm, tpm FROM api_keys WHERE id = ? AND account_id = ?`,
+		h.KeyID, h.AccountID).Scan(&limit, &rpm, &tpm)
+	if errors.Is(err, sql.ErrNoRows) {
+		op.Outcome = tollgate.HoldNoAccount
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if limit > 0 || rpm > 0 || tpm > 0 {
+		op.Outcome = tollgate.HoldDirect
+		return nil
+	}
+	free := balance - held
+	grant, ok := reservationGrant(free, int64(h.Amount), int64(op.Need), int64(op.MinFree), op.Fraction)
+	if !ok {
+		op.Outcome, op.Free = tollgate.HoldInsufficient, tollgate.Amount(free)
+		return nil
+	}
+	if op.Create {
+		_, err = b.tx.ExecContext(b.ctx, `INSERT INTO holds (id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires)
+			VALUES (?, '', ?, ?, '', '', ?, 0, 0, ?, ?, ?)`, h.ID, h.AccountID, h.KeyID, grant, h.Owner, toMicros(h.Created), toMicros(h.Expires))
+	} else {
+		var n int64
+		n, err = b.execQ(`UPDATE holds SET amount = amount + ?, expires = max(expires, ?) WHERE id = ? AND request_id = ''`,
+			grant, toMicros(h.Expires), h.ID)
+		if err == nil && n == 0 {
+			op.Gone, op.Outcome = true, tollgate.HoldInsufficient
+			op.Free = tollgate.Amount(free)
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := b.execQ(`UPDATE accounts SET held = held + ? WHERE id = ?`, grant, h.AccountID); err != nil {
+		return err
+	}
+	if _, err := b.execQ(`UPDATE api_keys SET held = held + ? WHERE id = ?`, grant, h.KeyID); err != nil {
+		return err
+	}
+	op.Granted = tollgate.Amount(grant)
+	return nil
+}
+
+// reservationGrant is what a reservation request gets: want, but no more
+// than free/fraction, and nothing (false) if that is below need or the free
+// balance is below minFree.
+func reservationGrant(free, want, need, minFree, fraction int64) (int64, bool) {
+	if fraction < 1 {
+		fraction = 1
+	}
+	grant := min(want, free/fraction)
+	if free < minFree || grant < need || grant <= 0 {
+		return 0, false
+	}
+	return grant, true
+}
+
+func (b *txStmts) execQ(q string, args ...any) (int64, error) {
+	res, err := b.tx.ExecContext(b.ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// giveBack returns op.Return of reservation op.Reservation to the free
+// balance, and deletes the row when nothing is left in it. A reservation
+// that is gone (swept) is Gone and changes nothing.
+func (b *txStmts) giveBack(op *tollgate.BillingOp) error {
+	op.Gone = false
+	var acct, key string
+	err := b.tx.QueryRowContext(b.ctx, `UPDATE holds SET amount = amount - ? WHERE id = ? AND request_id = '' RETURNING account_id, key_id`,
+		int64(op.Return), op.Reservation).Scan(&acct, &key)
+	if errors.Is(err, sql.ErrNoRows) {
+		op.Gone = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := b.exec(b.s.relAccount, int64(op.Return), acct); err != nil {
+		return err
+	}
+	if _, err := b.exec(b.s.relKey, int64(op.Return), key); err != nil {
+		return err
+	}
+	_, err = b.execQ(`DELETE FROM holds WHERE id = ? AND request_id = '' AND amount = 0`, op.Reservation)
+	return err
+}
+
+// chargeSummed writes the ledger row of a charge that its reservation
+// covers (charged = cost) and adds what it takes to the reservation's sum.
+func (b *txStmts) chargeSummed(op *tollgate.BillingOp) error {
+	c := &op.Charge
+	op.Charged, op.Uncollected, op.Gone, op.Replayed = c.Cost, 0, false, false
+	if err := b.ledgerRow(op, c.AccountID, c.KeyID, int64(c.Cost)); err != nil {
+		return err
+	}
+	var s *chargeSum
+	for _, x := range b.sums {
+		if x.reservation == op.Reservation {
+			s = x
+			break
+		}
+	}
+	if s == nil {
+		s = &chargeSum{reservation: op.Reservation, account: c.AccountID, key: c.KeyID}
+		b.sums = append(b.sums, s)
+	}
+	s.taken += int64(op.Covered + op.Return)
+	s.charged += int64(c.Cost)
+	return nil
+}
+
+// flushCharges writes the summed charges: per reservation, one update of
+// the reservation, the account and the key.
+func (b *txStmts) flushCharges() error {
+	for _, s := range b.sums {
+		n, err := b.exec(b.s.takeReservation, s.taken, s.reservation)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errReservationGone
+		}
+		if _, err := b.exec(b.s.settleAccount, s.charged, s.taken, s.account); err != nil {
+			return err
+		}
+		if _, err := b.exec(b.s.settleKey, s.charged, s.taken, s.key); err != nil {
+			return err
+		}
+	}
+	b.sums = b.sums[:0]
+	return nil
+}
+
+// charge settles one request against its reservation, alone: charged =
+// min(cost, free balance + what the reservation covers). If the
+// reservation is gone (swept), the charge comes from the free balance alone.
+func (b *txStmts) charge(op *tollgate.BillingOp) error {
+	c := &op.Charge
+	op.Gone, op.Replayed = false, false
+	var charged, uncollected int64
+	err := b.row(b.s.selReplay, op.HoldID).Scan(&charged, &uncollected)
+	if err == nil {
+		op.Replayed, op.Charged, op.Uncollected = true, tollgate.Amount(-charged), tollgate.Amount(uncollected)
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	var have int64
+	err = b.tx.QueryRowContext(b.ctx, `SELECT amount FROM holds WHERE id = ? AND request_id = ''`, op.Reservation).Scan(&have)
+	covered, taken := int64(op.Covered), int64(op.Covered+op.Return)
+	if errors.Is(err, sql.ErrNoRows) {
+		op.Gone, covered, taken = true, 0, 0
+	} else if err != nil {
+		return err
+	}
+	var balance, held int64
+	if err := b.row(b.s.selAccount, c.AccountID).Scan(&balance, &held); err != nil {
+		return fmt.Errorf("charge %s: account %s: %w", op.HoldID, c.AccountID, err)
+	}
+	ch := min(int64(c.Cost), max(balance-held+covered, 0))
+	op.Charged, op.Uncollected = tollgate.Amount(ch), c.Cost-tollgate.Amount(ch)
+	if taken > 0 {
+		if _, err := b.exec(b.s.takeReservation, taken, op.Reservation); err != nil {
+			return err
+		}
+	}
+	if _, err := b.exec(b.s.settleAccount, ch, taken, c.AccountID); err != nil {
+		return err
+	}
+	if _, err := b.exec(b.s.settleKey, ch, taken, c.KeyID); err != nil {
+		return err
+	}
+	return b.ledgerRow(op, c.AccountID, c.KeyID, ch)
+}
+
+func (b *txStmts) ledgerRow(op *tollgate.BillingOp, acct, key string, charged int64) error {
+	c := &op.Charge
+	id := c.RequestID
+	if id == "" {
+		id = op.HoldID
+	}
+	_, err := b.exec(b.s.insLedger, id, acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
+		c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output),
+		int64(c.Cost), int64(c.Cost)-charged, c.Estimated)
+	return err
+}
+
 // release frees a hold without a charge. It reports false (and marks op
 // Replayed, when op is not nil) if there was no such hold.
 func (b *txStmts) release(id string, op *tollgate.BillingOp) (bool, error) {
@@ -276,7 +524,7 @@ func (b *txStmts) release(id string, op *tollgate.BillingOp) (bool, error) {
 func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
 	var n int64
 	err := db.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE holds SET expires = ? WHERE owner = ? AND created > ? AND expires < ?`,
+		res, err := tx.ExecContext(ctx, `UPDATE holds SET expires = ? WHERE owner = ? AND (created > ? OR request_id = '') AND expires < ?`,
 			toMicros(expires), owner, toMicros(createdAfter), toMicros(expires))
 		if err != nil {
 			return err

@@ -315,6 +315,7 @@ func TestBillingStreams(t *testing.T) {
 		if status != http.StatusBadGateway {
 			t.Fatalf("status %d: %s", status, body)
 		}
+		h.main.Biller.Wait() // the instance's unused reservation is given back
 		after, _ := st.Balance(context.Background(), h.acct.ID)
 		if after.Balance != before.Balance || after.Held != 0 {
 			t.Errorf("a failed request changed the balance from %s to %s (held %s)", before.Balance, after.Balance, after.Held)

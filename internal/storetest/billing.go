@@ -37,6 +37,7 @@ func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"LateSettle", testBillingLateSettle},
 		{"CreditDebit", testBillingCreditDebit},
 		{"ConcurrentHolds", testBillingConcurrentHolds},
+		{"Reservation", testBillingReservation},
 	}
 	for _, tc := range tests {
 		t.Run("Billing"+tc.name, func(t *testing.T) {
@@ -415,4 +416,108 @@ func testBillingConcurrentHolds(t *testing.T, s BillingStore) {
 	}
 	wantBalance(t, s, a.ID, usd("0.7"), usd("0.7"))
 	auditClean(t, s, t0)
+}
+
+// Reservations: a top-up is counted in held, refused when the free balance
+// is too small or the key has limits; charges against it write one ledger row
+// each and move the sum in the same transaction (a batch with a duplicate
+// request id changes nothing); a return gives back the rest and deletes the
+// row; a dead instance's reservation is swept.
+func testBillingReservation(t *testing.T, s BillingStore) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a, k := fundedKey(t, s, usd("10"), nil)
+	reserve := func(id string, want, need, minFree tollgate.Amount, create bool) *tollgate.BillingOp {
+		return &tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: id, Need: need, MinFree: minFree, Fraction: 4, Create: create,
+			Hold: tollgate.Hold{ID: id, AccountID: a.ID, KeyID: k.ID, Owner: "inst_r", Created: now, Expires: now.Add(time.Minute), Amount: want}}
+	}
+	rsv := tollgate.NewID("rsv_")
+	op := reserve(rsv, usd("5"), usd("0.1"), 0, true)
+	apply(t, s, op)
+	if op.Outcome != tollgate.HoldOK || op.Granted != usd("2.5") { // at most a quarter of the free balance
+		t.Fatalf("reserve: outcome %d granted %s, want OK and 2.5", op.Outcome, op.Granted)
+	}
+	wantBalance(t, s, a.ID, usd("10"), usd("2.5"))
+	op = reserve(rsv, usd("1"), usd("0.1"), usd("100"), false)
+	apply(t, s, op)
+	if op.Outcome != tollgate.HoldInsufficient || op.Free != usd("7.5") || op.Granted != 0 {
+		t.Errorf("reserve below MinFree: outcome %d free %s granted %s", op.Outcome, op.Free, op.Granted)
+	}
+	op = reserve(rsv, usd("1"), usd("0.1"), 0, false)
+	apply(t, s, op)
+	if op.Outcome != tollgate.HoldOK || op.Granted != usd("1") {
+		t.Errorf("top-up: outcome %d granted %s", op.Outcome, op.Granted)
+	}
+	wantBalance(t, s, a.ID, usd("10"), usd("3.5"))
+
+	charge := func(cost, covered tollgate.Amount) *tollgate.BillingOp {
+		h := holdOp(a, k, 0, now)
+		c := settleOp(h, cost, now)
+		c.Kind, c.Reservation, c.Covered = tollgate.OpCharge, rsv, covered
+		return c
+	}
+	c1, c2 := charge(usd("0.5"), usd("0.5")), charge(usd("0.25"), usd("0.25"))
+	apply(t, s, c1, c2)
+	if c1.Charged != usd("0.5") || c2.Charged != usd("0.25") {
+		t.Errorf("charged %s and %s", c1.Charged, c2.Charged)
+	}
+	wantBalance(t, s, a.ID, usd("9.25"), usd("2.75"))
+	// A batch whose second charge repeats a request id fails as a whole.
+	c3 := charge(usd("1"), usd("1"))
+	dup := charge(usd("1"), usd("1"))
+	dup.Charge.RequestID = c1.Charge.RequestID
+	if err := s.ApplyBilling(ctx(t), []*tollgate.BillingOp{c3, dup}); err == nil {
+		t.Error("a batch with a duplicate request id was applied")
+	}
+	wantBalance(t, s, a.ID, usd("9.25"), usd("2.75"))
+	if _, err := s.LedgerEntry(ctx(t), c3.Charge.RequestID); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("the failed batch left a ledger row: %v", err)
+	}
+	// Excess beyond the reservation's cover comes from the free balance.
+	c4 := charge(usd("1"), usd("0.5"))
+	apply(t, s, c4)
+	if c4.Charged != usd("1") || c4.Uncollected != 0 {
+		t.Errorf("excess charge: %s charged, %s uncollected", c4.Charged, c4.Uncollected)
+	}
+	wantBalance(t, s, a.ID, usd("8.25"), usd("2.25"))
+	ret := &tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: rsv, Return: usd("2.25"), Hold: tollgate.Hold{AccountID: a.ID, KeyID: k.ID}}
+	apply(t, s, ret)
+	if ret.Gone {
+		t.Error("return: gone")
+	}
+	wantBalance(t, s, a.ID, usd("8.25"), 0)
+	if hs, _ := s.Holds(ctx(t), a.ID); len(hs) != 0 {
+		t.Errorf("an empty reservation row is left: %+v", hs)
+	}
+	// Charged after the row is gone (swept): from the free balance alone.
+	c5 := charge(usd("0.25"), usd("0.25"))
+	apply(t, s, c5)
+	if !c5.Gone || c5.Charged != usd("0.25") {
+		t.Errorf("charge on a gone reservation: gone %v charged %s", c5.Gone, c5.Charged)
+	}
+	wantBalance(t, s, a.ID, usd("8"), 0)
+	auditClean(t, s, now)
+
+	// A dead instance's reservation is swept after its lease.
+	rsv2 := tollgate.NewID("rsv_")
+	apply(t, s, reserve(rsv2, usd("1"), usd("0.1"), 0, true))
+	wantBalance(t, s, a.ID, usd("8"), usd("1"))
+	if hs, err := s.SweepHolds(ctx(t), now.Add(2*time.Minute), 100); err != nil || len(hs) != 1 || hs[0].ID != rsv2 {
+		t.Errorf("sweep: %+v, %v", hs, err)
+	}
+	wantBalance(t, s, a.ID, usd("8"), 0)
+	op = reserve(rsv2, usd("1"), usd("0.1"), 0, false)
+	apply(t, s, op)
+	if !op.Gone || op.Granted != 0 {
+		t.Errorf("top-up of a swept reservation: gone %v granted %s", op.Gone, op.Granted)
+	}
+
+	// A key with limits is refused reservations.
+	_, lk := fundedKey(t, s, usd("10"), func(k *tollgate.Key) { k.RPM = 10 })
+	op = reserve(tollgate.NewID("rsv_"), usd("1"), usd("0.1"), 0, true)
+	op.Hold.AccountID, op.Hold.KeyID = lk.AccountID, lk.ID
+	apply(t, s, op)
+	if op.Outcome != tollgate.HoldDirect {
+		t.Errorf("reserve for a key with a rate limit: outcome %d, want HoldDirect", op.Outcome)
+	}
+	auditClean(t, s, now)
 }

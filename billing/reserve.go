@@ -1,0 +1,300 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Reservations (docs/billing.md, "Reservations"): an instance reserves a
+// slice of an account's free balance in the database (one write: a holds row
+// with no request, owned and renewed like any hold, counted in held), then
+// places its requests' holds against that slice in memory. Settles are
+// charges against the reservation, group-committed: one ledger row per
+// request, one update of the reservation, account and key per batch.
+//
+// Every number below is guarded by resv.mu. avail = res − inflight − pending
+// is what new holds may take: res is the reservation as committed, inflight
+// the holds placed in memory, pending what charges and returns sent to the
+// store will take from it once committed.
+type resv struct {
+	mu       sync.Mutex
+	id       string // the reservation row (its hold id)
+	account  string
+	key      string
+	exists   bool // the row exists (create on the next top-up if not)
+	res      tollgate.Amount
+	inflight tollgate.Amount
+	pending  tollgate.Amount
+	busy     chan struct{}   // a top-up or return in flight: closed when done
+	direct   time.Time       // take the per-request path until then
+	lastUse  time.Time       // last hold placed
+	lastTop  time.Time       // last top-up
+	mult     int64           // the top-up as a multiple of the average hold
+	avgHold  tollgate.Amount // moving average of hold sizes
+	gone     bool            // swept: detached from the map
+}
+
+func (r *resv) avail() tollgate.Amount { return r.res - r.inflight - r.pending }
+
+type resvKey struct{ account, key string }
+
+// memHold is a hold placed in memory against a reservation.
+type memHold struct {
+	r      *resv
+	amount tollgate.Amount
+}
+
+func (b *Biller) resvFor(account, key string) *resv {
+	k := resvKey{account, key}
+	b.resvMu.Lock()
+	defer b.resvMu.Unlock()
+	r := b.resvs[k]
+	if r == nil {
+		r = &resv{id: tollgate.NewID("rsv_"), account: account, key: key, mult: int64(b.opts.ReserveMultiple)}
+		b.resvs[k] = r
+	}
+	return r
+}
+
+// holdReserved tries to place h in memory against this instance's
+// reservation on the account and key. ok false: take the per-request path
+// (the account is too poor for slices, or the key has limits); the unused
+// part of the reservation has then been given back first, so the
+// per-request hold sees all the money this instance is not using.
+func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
+	r := b.resvFor(h.AccountID, h.KeyID)
+	for {
+		now := b.opts.Now()
+		r.mu.Lock()
+		if r.gone {
+			r.mu.Unlock()
+			r = b.resvFor(h.AccountID, h.KeyID)
+			continue
+		}
+		if r.busy != nil {
+			c := r.busy
+			r.mu.Unlock()
+			<-c
+			continue
+		}
+		if now.Before(r.direct) {
+			// Per-request path; first give back what is unused.
+			x := r.avail()
+			if x <= 0 {
+				r.mu.Unlock()
+				return "", false, nil
+			}
+			b.giveBackLocked(r) // unlocks
+			continue
+		}
+		if r.avgHold == 0 {
+			r.avgHold = h.Amount
+		} else {
+			r.avgHold += (h.Amount - r.avgHold) / 8
+		}
+		r.lastUse = now
+		if r.avail() >= h.Amount {
+			r.inflight += h.Amount
+			r.mu.Unlock()
+			id := tollgate.NewID("hold_")
+			b.live.Store(id, liveHold{account: h.AccountID, amount: h.Amount, mem: &memHold{r: r, amount: h.Amount}})
+			return id, true, nil
+		}
+		// Top up: a multiple of the recent hold size, grown when top-ups
+		// come often, at most 1/ReserveFraction of the free balance.
+		if !r.lastTop.IsZero() && now.Sub(r.lastTop) < 250*time.Millisecond && r.mult < int64(b.opts.ReserveMaxMultiple) {
+			r.mult *= 2
+		}
+		need := h.Amount - r.avail()
+		want, ok := mulAmount(r.avgHold, r.mult)
+		if !ok || want < need {
+			want = need
+		}
+		minFree, ok := mulAmount(h.Amount, int64(b.opts.ReserveMinHolds))
+		if !ok {
+			minFree = tollgate.Amount(1<<63 - 1)
+		}
+		c := make(chan struct{})
+		r.busy = c
+		create := !r.exists
+		r.mu.Unlock()
+		op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: r.id, Need: need, MinFree: minFree,
+			Fraction: int64(b.opts.ReserveFraction), Create: create, Hold: tollgate.Hold{ID: r.id, AccountID: h.AccountID,
+				KeyID: h.KeyID, Owner: b.opts.Instance, Created: now, Expires: now.Add(b.opts.Lease), Amount: want}})
+		r.mu.Lock()
+		r.busy = nil
+		close(c)
+		if err != nil {
+			r.mu.Unlock()
+			return "", false, fmt.Errorf("reserve for %s: %w", h.RequestID, err)
+		}
+		switch {
+		case op.Gone:
+			b.detachLocked(r)
+		case op.Outcome == tollgate.HoldOK:
+			r.exists, r.res, r.lastTop = true, r.res+op.Granted, now
+			b.reserves.Add(1)
+		case op.Outcome == tollgate.HoldDirect:
+			r.direct = now.Add(b.opts.ReserveRecheck * 10)
+		default: // too poor for slices, or no account: per-request path
+			r.direct = now.Add(b.opts.ReserveRecheck)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// giveBackLocked returns r's unused part to the free balance. It is called
+// with r.mu held and returns with it released, once the return is committed.
+func (b *Biller) giveBackLocked(r *resv) {
+	x := r.avail()
+	c := make(chan struct{})
+	r.busy = c
+	r.pending += x
+	r.mu.Unlock()
+	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: r.id, Return: x,
+		Hold: tollgate.Hold{AccountID: r.account, KeyID: r.key}})
+	r.mu.Lock()
+	r.busy = nil
+	close(c)
+	r.pending -= x
+	switch {
+	case err != nil:
+		b.log.Error("return reservation", "reservation", r.id, "amount", x.String(), "err", err)
+	case op.Gone:
+		b.detachLocked(r)
+	default:
+		r.res -= x
+		if r.res == 0 {
+			r.exists = false // the row is deleted when empty
+		}
+		if r.mult > int64(b.opts.ReserveMultiple) {
+			r.mult /= 2
+		}
+		b.returns.Add(1)
+	}
+	r.mu.Unlock()
+}
+
+// detachLocked forgets a reservation that was swept (the process lost the
+// database for longer than a lease): its holds in flight are charged from
+// the free balance alone; new holds get a new reservation.
+func (b *Biller) detachLocked(r *resv) {
+	if r.gone {
+		return
+	}
+	r.gone = true
+	b.resvMu.Lock()
+	if b.resvs[resvKey{r.account, r.key}] == r {
+		delete(b.resvs, resvKey{r.account, r.key})
+	}
+	b.resvMu.Unlock()
+	b.log.Warn("a reservation of this instance was swept; its holds in flight are charged from the free balance",
+		"reservation", r.id, "account", r.account)
+}
+
+// chargeReserved settles a hold placed in memory. With async, a charge
+// within the hold returns at once (see Options.AsyncSettle).
+func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (tollgate.Amount, error) {
+	r := m.r
+	r.mu.Lock()
+	r.inflight -= m.amount
+	a := r.avail() // ≥ m.amount: this hold's money is back in it
+	covered := min(c.Cost, max(a, 0))
+	var ret tollgate.Amount
+	if !r.gone && b.opts.Now().Before(r.direct) {
+		ret = a - covered // the account went per-request: give back the rest too
+	}
+	r.pending += covered + ret
+	r.mu.Unlock()
+	op := tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}
+	finish := func(op tollgate.BillingOp, err error) (tollgate.Amount, error) {
+		r.mu.Lock()
+		r.pending -= covered + ret
+		switch {
+		case err != nil:
+			// Nothing was written: the hold is back in flight so that a
+			// retried settle charges it.
+			r.inflight += m.amount
+			b.live.Store(holdID, liveHold{account: r.account, amount: m.amount, mem: m})
+		case op.Gone:
+			b.detachLocked(r)
+		case !op.Replayed:
+			r.res -= covered + ret
+		}
+		r.mu.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("settle %s: %w", holdID, err)
+		}
+		b.settled.Add(1)
+		if op.Uncollected > 0 {
+			b.uncollected.Add(1)
+			b.uncollectedAmt.Add(int64(op.Uncollected))
+			b.log.Warn("charge exceeded what the account could pay", "request_id", c.RequestID, "account", c.AccountID,
+				"cost", c.Cost.String(), "charged", op.Charged.String(), "uncollected", op.Uncollected.String())
+		}
+		return op.Charged, nil
+	}
+	if b.opts.AsyncSettle && c.Cost <= m.amount {
+		b.async.Add(1)
+		go func() {
+			defer b.async.Done()
+			if _, err := finish(b.do(op)); err != nil {
+				b.log.Error("settle failed; the hold stays in flight", "request_id", c.RequestID, "hold", holdID, "err", err)
+			}
+		}()
+		return c.Cost, nil
+	}
+	return finish(b.do(op))
+}
+
+// releaseReserved frees a hold placed in memory: no database write.
+func (b *Biller) releaseReserved(m *memHold) {
+	m.r.mu.Lock()
+	m.r.inflight -= m.amount
+	m.r.mu.Unlock()
+	b.released.Add(1)
+}
+
+// ReturnReservations gives back the unused part of this instance's
+// reservations: all of it (idle = 0), or of those without a hold for idle.
+func (b *Biller) ReturnReservations(ctx context.Context, idle time.Duration) int {
+	b.resvMu.Lock()
+	rs := make([]*resv, 0, len(b.resvs))
+	for _, r := range b.resvs {
+		rs = append(rs, r)
+	}
+	b.resvMu.Unlock()
+	now, n := b.opts.Now(), 0
+	for _, r := range rs {
+		r.mu.Lock()
+		for r.busy != nil {
+			c := r.busy
+			r.mu.Unlock()
+			<-c
+			r.mu.Lock()
+		}
+		if r.gone || r.avail() <= 0 || now.Sub(r.lastUse) < idle {
+			r.mu.Unlock()
+			continue
+		}
+		b.giveBackLocked(r)
+		n++
+	}
+	return n
+}
+
+// mulAmount is a × n, or false on overflow.
+func mulAmount(a tollgate.Amount, n int64) (tollgate.Amount, bool) {
+	if a == 0 || n == 0 {
+		return 0, true
+	}
+	p := int64(a) * n
+	if p/n != int64(a) {
+		return 0, false
+	}
+	return tollgate.Amount(p), true
+}
