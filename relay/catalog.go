@@ -61,6 +61,8 @@ type Node struct {
 	health   nodeHealth
 	authOnce sync.Once
 	authHdr  []string
+	h1Once   sync.Once
+	h1       *h1Pool // plain-http nodes: the synchronous client (upstream.go)
 }
 
 // authorization is the node's Authorization header value, built once.

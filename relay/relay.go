@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -69,6 +70,7 @@ type Deps struct {
 type Relay struct {
 	catalog atomic.Pointer[Catalog]
 	client  *http.Client
+	dialer  *net.Dialer
 	picker  picker
 	opts    Options
 	traffic TrafficCounter
@@ -98,6 +100,7 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	}
 	r := &Relay{
 		client:  &http.Client{Transport: tr},
+		dialer:  dialer,
 		opts:    opts,
 		traffic: deps.Traffic,
 		biller:  deps.Biller,
@@ -107,6 +110,19 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	r.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r.catalog.Store(cat)
 	return r
+}
+
+// h1For returns the node's synchronous HTTP/1.1 client, or nil for https
+// nodes (they go through net/http for TLS and HTTP/2).
+func (r *Relay) h1For(n *Node) *h1Pool {
+	n.h1Once.Do(func() {
+		if strings.HasPrefix(n.BaseURL, "http://") {
+			if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
+				n.h1 = p
+			}
+		}
+	})
+	return n.h1
 }
 
 // Catalog returns the catalogue in force.
@@ -328,10 +344,15 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			req.Header["Authorization"] = x.node.authorization()
 		}
 		start := x.r.now()
-		// The transport, not http.Client: a model server's redirect is an
-		// error, not something to follow, and the client's bookkeeping costs
-		// allocations on every request.
-		resp, err := x.r.client.Transport.RoundTrip(req)
+		var resp *http.Response
+		if h1 := x.r.h1For(x.node); h1 != nil {
+			resp, err = h1.post(ctx, req.Header, x.body)
+		} else {
+			// The transport, not http.Client: a model server's redirect is an
+			// error, not something to follow, and the client's bookkeeping
+			// costs allocations on every request.
+			resp, err = x.r.client.Transport.RoundTrip(req)
+		}
 		x.call.UpstreamTime = x.r.now().Sub(start)
 		if err == nil {
 			return resp, nil

@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// h1Pool is a synchronous HTTP/1.1 client for plain-http model servers:
+// the request's own goroutine writes the request and reads the answer on a
+// pooled keep-alive connection, where net/http's transport hands each
+// exchange to two goroutines of its own. That hand-off is a large part of
+// what a hop costs on loopback. Answers are parsed by http.ReadResponse,
+// the same parser the transport uses. https upstreams keep net/http (TLS,
+// HTTP/2).
+type h1Pool struct {
+	host    string // host:port to dial
+	hostHdr string // Host header
+	path    string // request path, e.g. /v1/chat/completions
+	dialer  *net.Dialer
+	maxIdle int
+
+	mu   sync.Mutex
+	idle []*h1Conn
+}
+
+type h1Conn struct {
+	c      net.Conn
+	br     *bufio.Reader
+	reused bool
+	idleAt time.Time
+}
+
+// maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
+// of llama.cpp's server and uvicorn (vLLM, SGLang), so the pool rarely hands
+// out a connection the server is closing (post retries that case anyway).
+const maxIdleTime = 4 * time.Second
+
+func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	return &h1Pool{host: host, hostHdr: u.Host, path: u.RequestURI(), dialer: dialer, maxIdle: 1024}, nil
+}
+
+func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
+	now := time.Now()
+	p.mu.Lock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if now.Sub(c.idleAt) > maxIdleTime {
+			// The newest is too old, so are all the others.
+			stale := p.idle
+			p.idle = nil
+			p.mu.Unlock()
+			c.c.Close()
+			for _, o := range stale {
+				o.c.Close()
+			}
+			p.mu.Lock()
+			break
+		}
+		p.mu.Unlock()
+		c.reused = true
+		return c, nil
+	}
+	p.mu.Unlock()
+	nc, err := p.dialer.DialContext(ctx, "tcp", p.host)
+	if err != nil {
+		return nil, err
+	}
+	return &h1Conn{c: nc, br: bufio.NewReaderSize(nc, 16<<10)}, nil
+}
+
+func (p *h1Pool) put(c *h1Conn) {
+	c.idleAt = time.Now()
+	p.mu.Lock()
+	if len(p.idle) < p.maxIdle {
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	c.c.Close()
+}
+
+// closeIdle closes every pooled connection.
+func (p *h1Pool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.c.Close()
+	}
+}
+
+// post sends one POST and returns the answer. The body reads from the
+// connection; reading it to the end returns the connection to the pool,
+// closing it early discards the connection. A pooled connection the server
+// had closed (keep-alive timeouts are short: llama.cpp says timeout=5,
+// max=100) is retried once on a new connection, as net/http does, when
+// nothing of an answer was read.
+func (p *h1Pool) post(ctx context.Context, header http.Header, body []byte) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := p.get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := p.exchange(ctx, c, header, body)
+		if err == nil {
+			return resp, nil
+		}
+		c.c.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if c.reused && attempt == 0 && retryable(err) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// retryable: the server closed a pooled connection before answering.
+func retryable(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header http.Header, body []byte) (*http.Response, error) {
+	// A cancelled context unblocks any read or write on the connection.
+	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	head := make([]byte, 0, 256)
+	head = append(head, "POST "...)
+	head = append(head, p.path...)
+	head = append(head, " HTTP/1.1\r\nHost: "...)
+	head = append(head, p.hostHdr...)
+	head = append(head, "\r\nUser-Agent: tollgate\r\nContent-Length: "...)
+	head = strconv.AppendInt(head, int64(len(body)), 10)
+	head = append(head, "\r\n"...)
+	for k, vs := range header {
+		for _, v := range vs {
+			head = append(head, k...)
+			head = append(head, ": "...)
+			head = append(head, v...)
+			head = append(head, "\r\n"...)
+		}
+	}
+	head = append(head, "\r\n"...)
+	bufs := net.Buffers{head, body}
+	if _, err := bufs.WriteTo(c.c); err != nil {
+		stop()
+		return nil, err
+	}
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	resp.Body = &h1Body{rc: resp.Body, c: c, p: p, stop: stop, reuse: !resp.Close}
+	return resp, nil
+}
+
+// h1Body hands the connection back when the answer was read to its end.
+type h1Body struct {
+	rc    io.ReadCloser
+	c     *h1Conn
+	p     *h1Pool
+	stop  func() bool
+	reuse bool
+	done  bool
+}
+
+func (b *h1Body) Read(buf []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(buf)
+	if err == io.EOF {
+		b.done = true
+		// Reuse only if the cancel hook had not fired (it poisons the deadline).
+		if b.stop() && b.reuse {
+			b.p.put(b.c)
+		} else {
+			b.c.c.Close()
+		}
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.done = true
+		b.stop()
+		b.c.c.Close()
+	}
+	return nil
+}

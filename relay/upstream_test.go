@@ -1,0 +1,122 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A tiny HTTP/1.1 server that counts connections and can close a
+// connection right after answering, as a server whose keep-alive ran out.
+func testServer(t *testing.T, closeAfterAnswer bool) (addr string, conns *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	conns = new(atomic.Int64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					answer := `{"echo":` + string(body) + `,"id":"` + req.Header.Get("X-Request-Id") + `"}`
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(answer))+"\r\n\r\n"+answer)
+					if closeAfterAnswer {
+						return // the client's pooled connection is now dead
+					}
+				}
+			}(c)
+		}
+	}()
+	return ln.Addr().String(), conns
+}
+
+
+func post(t *testing.T, p *h1Pool, id string) string {
+	t.Helper()
+	resp, err := p.post(context.Background(), http.Header{"X-Request-Id": {id}, "Content-Type": {"application/json"}}, []byte(`{"n":1}`))
+	if err != nil {
+		t.Fatalf("post %s: %v", id, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("post %s: %d %v", id, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+func TestH1PoolReusesConnections(t *testing.T) {
+	addr, conns := testServer(t, false)
+	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if got := post(t, p, "r"+strconv.Itoa(i)); got != `{"echo":{"n":1},"id":"r`+strconv.Itoa(i)+`"}` {
+			t.Fatalf("answer %q", got)
+		}
+	}
+	if conns.Load() != 1 {
+		t.Fatalf("%d connections for 5 sequential requests, want 1", conns.Load())
+	}
+}
+
+// A pooled connection the server closed is retried once on a new one.
+func TestH1PoolRetriesAConnectionTheServerClosed(t *testing.T) {
+	addr, conns := testServer(t, true)
+	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post(t, p, "a")
+	time.Sleep(20 * time.Millisecond) // let the server's close arrive
+	post(t, p, "b")
+	if conns.Load() != 2 {
+		t.Fatalf("%d connections, want 2 (the dead one replaced)", conns.Load())
+	}
+}
+
+// Cancelling the context unblocks a request whose server never answers, and
+// the connection is not reused.
+func TestH1PoolCancel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			io.Copy(io.Discard, c) // read forever, never answer
+		}
+	}()
+	p, _ := newH1Pool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.post(ctx, http.Header{}, []byte("{}")); err == nil {
+		t.Fatal("no error from a cancelled request")
+	}
+	if len(p.idle) != 0 {
+		t.Fatal("a cancelled connection went back to the pool")
+	}
+}
