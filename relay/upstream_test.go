@@ -50,7 +50,6 @@ func testServer(t *testing.T, closeAfterAnswer bool) (addr string, conns *atomic
 	return ln.Addr().String(), conns
 }
 
-
 func post(t *testing.T, p *h1Pool, id string) string {
 	t.Helper()
 	resp, err := p.post(context.Background(), http.Header{"X-Request-Id": {id}, "Content-Type": {"application/json"}}, []byte(`{"n":1}`))
