@@ -72,7 +72,7 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 	// first, in account order) goes before the first of its ledger rows.
 	taken := map[string]bool{}
 	type take struct {
-		account, key  string
+		account, key   string
 		taken, charged int64
 	}
 	takes := map[string]*take{}
