@@ -53,6 +53,10 @@ type Store struct {
 	Driver string `yaml:"-"` // "sqlite" or "postgres", derived
 	// SQLite is the path of the SQLite database file (relative to the config file).
 	SQLite string `yaml:"sqlite"`
+	// SQLiteSynchronous is "full" (default: a commit survives a power loss) or
+	// "normal" (a commit survives a process crash; the last ones may be lost
+	// on a power loss; much cheaper per commit).
+	SQLiteSynchronous string `yaml:"sqlite_synchronous"`
 	// PostgresURLEnv names the environment variable that holds the PostgreSQL URL.
 	PostgresURLEnv string `yaml:"postgres_url_env"`
 	// Path and URL are the resolved values.
@@ -294,6 +298,11 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		}
 	case c.Store.SQLite != "":
 		c.Store.Driver = "sqlite"
+		switch strings.ToLower(c.Store.SQLiteSynchronous) {
+		case "", "full", "normal":
+		default:
+			bad("store.sqlite_synchronous", "%q is not full or normal", c.Store.SQLiteSynchronous)
+		}
 		c.Store.Path = c.Store.SQLite
 		if !strings.HasPrefix(c.Store.Path, "/") && c.Dir != "" && c.Dir != "." {
 			c.Store.Path = c.Dir + "/" + c.Store.Path

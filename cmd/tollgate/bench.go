@@ -67,6 +67,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	billingOn := fs.Bool("billing", true, "bill requests (holds, settles, ledger); false measures the serving core alone")
+	sqliteSync := fs.String("sqlite-synchronous", "full", "with --store sqlite: full or normal (store.sqlite_synchronous)")
 	storeKind := fs.String("store", "sqlite", "tollgate's store: sqlite, or postgres (URL from TOLLGATE_TEST_POSTGRES)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
@@ -107,7 +108,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	storeYAML := "store:\n  sqlite: bench.db\n"
+	storeYAML := "store:\n  sqlite: bench.db\n  sqlite_synchronous: " + *sqliteSync + "\n"
 	if *storeKind == "postgres" {
 		storeYAML = "store:\n  postgres_url_env: TOLLGATE_TEST_POSTGRES\n"
 	}
@@ -271,8 +272,8 @@ models:
 		{label: "streamed, moderate", stream: true, workers: *modConc},
 		{label: "streamed, one client", stream: true, workers: 1},
 	}
-	fmt.Fprintf(c.stdout, "tollgate bench: %d CPUs, GOMAXPROCS %d, %s per phase, %d completion tokens, store %s, billing %v\n\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind, *billingOn)
+	fmt.Fprintf(c.stdout, "tollgate bench: %d CPUs, GOMAXPROCS %d, %s per phase, %d completion tokens, store %s (synchronous %s), billing %v\n\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), *dur, *tokens, *storeKind, *sqliteSync, *billingOn)
 	for _, p := range pairs {
 		p.direct = run(direct, p.stream, p.workers)
 		p.proxy = run(proxied, p.stream, p.workers)

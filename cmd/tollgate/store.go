@@ -19,7 +19,7 @@ import (
 func openStore(ctx context.Context, s config.Store) (tollgate.Store, error) {
 	switch s.Driver {
 	case "sqlite":
-		return sqlite.Open(s.Path)
+		return sqlite.OpenSynchronous(s.Path, s.SQLiteSynchronous)
 	case "postgres":
 		return postgres.Open(ctx, s.URL)
 	}
