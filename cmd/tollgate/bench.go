@@ -279,6 +279,12 @@ models:
 		p.proxy = run(proxied, p.stream, p.workers)
 		p.through = run(through, p.stream, p.workers)
 	}
+	if m.Biller != nil {
+		st := m.Biller.Stats()
+		fmt.Fprintf(c.stdout, "billing: %d holds (%d in memory, %d reservation top-ups), %d settled, %d released, %d batches (%.1f operations a batch)\n\n",
+			st.Holds, st.InMemory, st.Reserves, st.Settled, st.Released, st.Batches,
+			float64(st.Settled+st.Reserves+st.Holds-st.InMemory)/float64(max(st.Batches, 1)))
+	}
 	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tconc\ttarget\treq/s\tp50\tp99\tttft p50\terrors\tallocs/req\t")
 	for _, p := range pairs {
