@@ -26,7 +26,7 @@ var commandSummaries = [][2]string{
 	{"demo", "run the service with simulated model servers and a funded demo key"},
 	{"bench", "measure tollgate against a direct simulated server and print the ratios"},
 	{"simulate", "run a simulated model server (vllm, sglang, llamacpp, ollama, openai, openrouter)"},
-	{"accounts", "create, list, show, disable and enable accounts"},
+	{"accounts", "create, list, show, credit, debit, disable and enable accounts"},
 	{"keys", "create, list and revoke API keys"},
 	{"usage", "sum charges by account, key, model, backend and period (table, CSV, JSON)"},
 	{"audit", "check that every balance is the sum of its ledger and no hold is orphaned"},
