@@ -1,6 +1,9 @@
 package tollgate
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // The books: holds, the ledger and what the operator reads from them. The
 // billing package implements Biller on top of these; the store packages keep
@@ -189,4 +192,41 @@ type UsageFilter struct {
 	Class     BackendClass
 	Since     time.Time // inclusive; zero: from the start
 	Until     time.Time // exclusive; zero: up to now
+}
+
+// OperatorAmount checks an operator's credit or debit entry and returns its
+// signed amount (+ for a credit, − for a debit, whatever sign was given).
+func (e *LedgerEntry) OperatorAmount() (Amount, error) {
+	if e.ID == "" || e.AccountID == "" || e.Time.IsZero() {
+		return 0, errors.New("post entry: ID, AccountID and Time are required")
+	}
+	amt := e.Amount
+	if amt < 0 {
+		amt = -amt
+	}
+	if amt == 0 {
+		return 0, Errorf(CodeInvalidRequest, "the amount must not be zero")
+	}
+	switch e.Kind {
+	case LedgerCredit:
+		return amt, nil
+	case LedgerDebit:
+		return -amt, nil
+	}
+	return 0, Errorf(CodeInvalidRequest, "an operator entry is a credit or a debit, not %q", e.Kind)
+}
+
+// CheckOperatorEntry applies an operator entry's rules to an account's
+// balance and held amount: the balance stays in range, and a debit may take
+// at most the free balance (it never touches money held for requests).
+func CheckOperatorEntry(signed, balance, held Amount) error {
+	nb, err := balance.Add(signed)
+	if err != nil {
+		return Errorf(CodeInvalidRequest, "the balance would be out of range")
+	}
+	if signed < 0 && nb < held {
+		return Errorf(CodeInsufficientBalance, "a debit of %s USD exceeds the free balance of %s USD",
+			(-signed).String(), (balance - held).String())
+	}
+	return nil
 }

@@ -12,10 +12,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -87,33 +85,13 @@ func (db *DB) Close() error {
 	return nil
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+// readMigrations reads the embedded files, migrations/NNNN_name.sql.
+func readMigrations() ([]migrations.Migration, error) {
+	ms, err := migrations.Read(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	var out []migration
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".sql")
-		num, _, _ := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: migration %s: name must start with a number", e.Name())
-		}
-		body, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: name, sql: string(body)})
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	return out, nil
+	return ms, nil
 }
 
 // Migrate applies the embedded migrations the database has not seen, in
@@ -122,7 +100,7 @@ func migrations() ([]migration, error) {
 // schema_migrations once it holds it, so every migration runs exactly once.
 // It returns the names of the migrations it applied. Open calls it.
 func (db *DB) Migrate(ctx context.Context) ([]string, error) {
-	ms, err := migrations()
+	ms, err := readMigrations()
 	if err != nil {
 		return nil, err
 	}
@@ -147,18 +125,18 @@ func (db *DB) Migrate(ctx context.Context) ([]string, error) {
 			return err
 		}
 		for _, m := range ms {
-			if slices.Contains(done, int32(m.version)) {
+			if slices.Contains(done, int32(m.Version)) {
 				continue
 			}
 			// No arguments: pgx sends it with the simple protocol, so a file
 			// may hold several statements.
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-				return fmt.Errorf("migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
-			applied = append(applied, m.name)
+			applied = append(applied, m.Name)
 		}
 		return nil
 	})

@@ -607,7 +607,7 @@ func (db *DB) Holds(ctx context.Context, accountID string) ([]tollgate.Hold, err
 // not take more than the free balance (balance − held): 402
 // insufficient_balance. It fills in e.Seq and the signed e.Amount.
 func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
-	signed, err := entrySign(e)
+	signed, err := e.OperatorAmount()
 	if err != nil {
 		return err
 	}
@@ -620,7 +620,7 @@ func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
 		if err != nil {
 			return err
 		}
-		if err := checkEntry(signed, balance, held); err != nil {
+		if err := tollgate.CheckOperatorEntry(signed, tollgate.Amount(balance), tollgate.Amount(held)); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + ? WHERE id = ?`, int64(signed), e.AccountID); err != nil {
@@ -636,39 +636,6 @@ func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
 		return fmt.Errorf("sqlite: post %s on %s: %w", e.Kind, e.AccountID, err)
 	}
 	e.Amount = signed
-	return nil
-}
-
-// entrySign checks an operator entry and returns its signed amount.
-func entrySign(e *tollgate.LedgerEntry) (tollgate.Amount, error) {
-	if e.ID == "" || e.AccountID == "" || e.Time.IsZero() {
-		return 0, errors.New("post entry: ID, AccountID and Time are required")
-	}
-	amt := e.Amount
-	if amt < 0 {
-		amt = -amt
-	}
-	if amt == 0 {
-		return 0, tollgate.Errorf(tollgate.CodeInvalidRequest, "the amount must not be zero")
-	}
-	switch e.Kind {
-	case tollgate.LedgerCredit:
-		return amt, nil
-	case tollgate.LedgerDebit:
-		return -amt, nil
-	}
-	return 0, tollgate.Errorf(tollgate.CodeInvalidRequest, "an operator entry is a credit or a debit, not %q", e.Kind)
-}
-
-func checkEntry(signed tollgate.Amount, balance, held int64) error {
-	nb, err := tollgate.Amount(balance).Add(signed)
-	if err != nil {
-		return tollgate.Errorf(tollgate.CodeInvalidRequest, "the balance would be out of range")
-	}
-	if signed < 0 && int64(nb) < held {
-		return tollgate.Errorf(tollgate.CodeInsufficientBalance, "a debit of %s USD exceeds the free balance of %s USD",
-			(-signed).String(), tollgate.Amount(balance-held).String())
-	}
 	return nil
 }
 

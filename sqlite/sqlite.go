@@ -19,11 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +29,7 @@ import (
 	_ "modernc.org/sqlite" // registers driver "sqlite"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -164,34 +163,13 @@ func (db *DB) Close() error {
 	return errors.Join(db.w.Close(), errR)
 }
 
-// migration is one embedded file, migrations/NNNN_name.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+// readMigrations reads the embedded files, migrations/NNNN_name.sql.
+func readMigrations() ([]migrations.Migration, error) {
+	ms, err := migrations.Read(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	var out []migration
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".sql")
-		num, _, _ := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: migration %s: name must start with a number", e.Name())
-		}
-		body, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: name, sql: string(body)})
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	return out, nil
+	return ms, nil
 }
 
 // Migrate applies the embedded migrations that the database has not seen, in
@@ -200,7 +178,7 @@ func migrations() ([]migration, error) {
 // once: BEGIN IMMEDIATE serialises them and each re-reads what is applied.
 // Open calls it; `tollgate migrate` calls it too.
 func (db *DB) Migrate(ctx context.Context) ([]string, error) {
-	ms, err := migrations()
+	ms, err := readMigrations()
 	if err != nil {
 		return nil, err
 	}
@@ -215,33 +193,33 @@ func (db *DB) Migrate(ctx context.Context) ([]string, error) {
 	for _, m := range ms {
 		done, err := db.applyMigration(ctx, m)
 		if err != nil {
-			return applied, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+			return applied, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 		}
 		if done {
-			applied = append(applied, m.name)
+			applied = append(applied, m.Name)
 		}
 	}
 	return applied, nil
 }
 
-func (db *DB) applyMigration(ctx context.Context, m migration) (bool, error) {
+func (db *DB) applyMigration(ctx context.Context, m migrations.Migration) (bool, error) {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback()
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
 		return false, err
 	}
 	if n > 0 {
 		return false, nil
 	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return false, err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES (?, ?, ?)`,
-		m.version, m.name, time.Now().UnixMicro()); err != nil {
+		m.Version, m.Name, time.Now().UnixMicro()); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()
