@@ -237,22 +237,46 @@ func (b *Biller) do(op tollgate.BillingOp) (tollgate.BillingOp, error) {
 	return p.op, p.err
 }
 
+// linger is how long a batch may wait for more operations when the last
+// batch showed concurrency: a commit costs about as much as the statements
+// of several operations, so fuller batches buy throughput. A lone client
+// (batches of one) never waits.
+const linger = 300 * time.Microsecond
+
 func (b *Biller) worker() {
 	defer b.wg.Done()
 	batch := make([]*pending, 0, b.opts.MaxBatch)
+	lastSize := 0
 	for {
 		select {
 		case p := <-b.queue:
 			batch = append(batch[:0], p)
-		drain:
-			for len(batch) < b.opts.MaxBatch {
-				select {
-				case p := <-b.queue:
-					batch = append(batch, p)
-				default:
-					break drain
+			drain := func() {
+				for len(batch) < b.opts.MaxBatch {
+					select {
+					case p := <-b.queue:
+						batch = append(batch, p)
+					default:
+						return
+					}
 				}
 			}
+			drain()
+			if lastSize > 1 && len(batch) < b.opts.MaxBatch {
+				t := time.NewTimer(linger)
+			wait:
+				for len(batch) < b.opts.MaxBatch {
+					select {
+					case p := <-b.queue:
+						batch = append(batch, p)
+					case <-t.C:
+						break wait
+					}
+				}
+				t.Stop()
+				drain()
+			}
+			lastSize = len(batch)
 			b.apply(batch)
 		case <-b.quit:
 			return
