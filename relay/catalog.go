@@ -65,6 +65,15 @@ type Node struct {
 	h1       *h1Pool // plain-http nodes: the synchronous client (upstream.go)
 }
 
+// Dials is how many connections the node's synchronous client has opened
+// (0 for https nodes, which use net/http).
+func (n *Node) Dials() int64 {
+	if n.h1 == nil {
+		return 0
+	}
+	return n.h1.dials.Load()
+}
+
 // authorization is the node's Authorization header value, built once.
 func (n *Node) authorization() []string {
 	n.authOnce.Do(func() { n.authHdr = []string{"Bearer " + n.Key} })

@@ -108,6 +108,12 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		}
 	}
 	stop()
+	if done {
+		// Only the end of the body is left: finish it so the connection is reused.
+		if d, ok := resp.Body.(interface{ Drain(time.Duration) }); ok {
+			d.Drain(50 * time.Millisecond)
+		}
+	}
 
 	clientGone := req.Context().Err() != nil || s.writeErr != nil
 	cause := context.Cause(ctx)

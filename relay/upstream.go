@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -30,6 +31,8 @@ type h1Pool struct {
 
 	mu   sync.Mutex
 	idle []*h1Conn
+
+	dials atomic.Int64 // connections opened, for tests and benchmarks
 }
 
 type h1Conn struct {
@@ -83,6 +86,7 @@ func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.dials.Add(1)
 	return &h1Conn{c: nc, br: bufio.NewReaderSize(nc, 16<<10)}, nil
 }
 
@@ -201,6 +205,37 @@ func (b *h1Body) Read(buf []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// Drain finishes an answer whose last event was already read (after
+// "data: [DONE]" only the chunked terminator is left, and some servers send
+// it a moment later): it reads what remains for at most wait, and hands the
+// connection back if that reached the end. A server that keeps the stream
+// open costs only the connection.
+func (b *h1Body) Drain(wait time.Duration) {
+	if b.done {
+		return
+	}
+	_ = b.c.c.SetReadDeadline(time.Now().Add(wait))
+	var buf [512]byte
+	for read := 0; read < 64<<10; {
+		n, err := b.rc.Read(buf[:])
+		read += n
+		if err == io.EOF {
+			_ = b.c.c.SetReadDeadline(time.Time{})
+			b.done = true
+			if b.stop() && b.reuse {
+				b.p.put(b.c)
+			} else {
+				b.c.c.Close()
+			}
+			return
+		}
+		if err != nil {
+			break
+		}
+	}
+	b.Close()
 }
 
 func (b *h1Body) Close() error {

@@ -119,3 +119,54 @@ func TestH1PoolCancel(t *testing.T) {
 		t.Fatal("a cancelled connection went back to the pool")
 	}
 }
+
+// A server that sends the chunked terminator a moment after [DONE] (as
+// uvicorn does, in a write of its own): Drain finishes the body and the
+// connection is reused.
+func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+					io.WriteString(c, "e\r\ndata: [DONE]\n\n\r\n")
+					time.Sleep(5 * time.Millisecond)
+					io.WriteString(c, "0\r\n\r\n")
+				}
+			}(c)
+		}
+	}()
+	p, _ := newH1Pool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
+	for i := 0; i < 3; i++ {
+		resp, err := p.post(context.Background(), http.Header{}, []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 14)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "data: [DONE]\n\n" {
+			t.Fatalf("read %q: %v", buf, err)
+		}
+		resp.Body.(*h1Body).Drain(time.Second)
+	}
+	if conns.Load() != 1 {
+		t.Fatalf("%d connections for 3 streams, want 1", conns.Load())
+	}
+}

@@ -309,3 +309,21 @@ func TestClientSeesErrorCodes(t *testing.T) {
 		t.Fatalf("bad key: %v", err)
 	}
 }
+
+// Streams and plain requests to a node reuse its keep-alive connection.
+func TestUpstreamConnectionsReused(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for i := 0; i < 10; i++ {
+		if status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm","stream":true,`+hiMessages+`}`, nil); status != 200 {
+			t.Fatalf("stream: %d %s", status, b)
+		}
+		if status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm",`+hiMessages+`}`, nil); status != 200 {
+			t.Fatalf("non-streamed: %d %s", status, b)
+		}
+	}
+	for _, n := range h.main.Relay.Catalog().Nodes() {
+		if n.Name == "node-vllm" && n.Dials() != 1 {
+			t.Fatalf("20 sequential requests opened %d connections to the node, want 1", n.Dials())
+		}
+	}
+}
