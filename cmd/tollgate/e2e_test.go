@@ -321,9 +321,16 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 			t.Fatalf("non-streamed: %d %s", status, b)
 		}
 	}
+	found := false
 	for _, n := range h.main.Relay.Catalog().Nodes() {
-		if n.Name == "node-vllm" && n.Dials() != 1 {
-			t.Fatalf("20 sequential requests opened %d connections to the node, want 1", n.Dials())
+		if n.Name == "node-vllm" {
+			found = true
+			if n.Dials() != 1 {
+				t.Fatalf("20 sequential requests opened %d connections to the node, want 1", n.Dials())
+			}
 		}
+	}
+	if !found {
+		t.Fatal("no node named node-vllm in the catalogue")
 	}
 }
