@@ -109,6 +109,7 @@ func (c *Catalog) Nodes() []*Node {
 // in-flight counts.
 func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 	nodes := map[string]*Node{}
+	fresh := map[*Node]bool{} // built here, not yet shared with requests
 	if prev != nil {
 		for _, n := range prev.Nodes() {
 			nodes[string(n.Class)+" "+n.BaseURL+" "+n.Key] = n
@@ -132,16 +133,25 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 			for _, nc := range bc.Nodes {
 				base := strings.TrimRight(nc.URL, "/")
 				key := string(bc.Class) + " " + base + " " + nc.Key
+				healthURL := nc.HealthURL
+				if healthURL == "" {
+					healthURL = defaultHealthURL(base, nc.Flavour)
+				}
 				n := nodes[key]
+				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL) {
+					// Requests in flight read the previous node without a lock:
+					// changed settings make a new node instead of a write.
+					n = nil
+				}
 				if n == nil {
 					n = &Node{Name: nc.Name, BaseURL: base, Key: nc.Key, Flavour: nc.Flavour, Class: bc.Class}
 					nodes[key] = n
+					fresh[n] = true
 				}
-				n.MaxConcurrent = nc.MaxConcurrent
-				n.Flavour = nc.Flavour
-				n.HealthURL = nc.HealthURL
-				if n.HealthURL == "" {
-					n.HealthURL = defaultHealthURL(base, nc.Flavour)
+				if fresh[n] {
+					n.MaxConcurrent = nc.MaxConcurrent
+					n.Flavour = nc.Flavour
+					n.HealthURL = healthURL
 				}
 				b.Nodes = append(b.Nodes, n)
 			}

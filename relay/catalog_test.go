@@ -1,0 +1,62 @@
+package relay
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tollgate/tollgate/config"
+)
+
+const reloadYAML = `
+listen: {api: "127.0.0.1:0"}
+store: {sqlite: data/t.db}
+models:
+  - id: m
+    kind: chat
+    context_length: 1000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up
+        rates: {input: "0.15", output: "0.6"}
+        nodes: [{url: "http://10.0.0.1:8000/v1", max_concurrent: MAXC}]
+`
+
+// A config reload (SIGHUP) runs while requests use the nodes: building the
+// new catalogue must not write to a node that requests are reading.
+func TestReloadDoesNotWriteNodesInUse(t *testing.T) {
+	parse := func(maxc string) *config.Config {
+		cfg, err := config.Parse([]byte(strings.ReplaceAll(reloadYAML, "MAXC", maxc)), ".", func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	same, changed := parse("4"), parse("8")
+	cat := NewCatalog(same, nil)
+	n := cat.Models[0].Backends[0].Nodes[0]
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			if n.tryAcquire() {
+				_ = n.Flavour
+				_ = n.HealthURL
+				n.release()
+			}
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		NewCatalog(same, cat)
+		NewCatalog(changed, cat)
+	}
+	wg.Wait()
+	if got := NewCatalog(changed, cat).Models[0].Backends[0].Nodes[0].MaxConcurrent; got != 8 {
+		t.Fatalf("reloaded max_concurrent = %d, want 8", got)
+	}
+	if NewCatalog(same, cat).Models[0].Backends[0].Nodes[0] != n {
+		t.Fatal("a reload with the same settings must keep the node (health, in-flight count)")
+	}
+}
