@@ -67,6 +67,9 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	done := false
 	resp, err := x.send(ctx)
 	switch {
+	case err != nil && (errors.Is(context.Cause(ctx), errStreamIdle) || errors.Is(context.Cause(ctx), errStreamTotal)):
+		// Our own idle or total cap ended the wait for the headers: mapped below.
+		readErr = err
 	case err != nil:
 		failure = x.transportError(ctx, req, err)
 	case resp.StatusCode/100 != 2:

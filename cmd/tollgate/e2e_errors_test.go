@@ -463,3 +463,18 @@ func TestNodeComesBackAfterProbe(t *testing.T) {
 		})
 	}
 }
+
+// A backend that stays silent past the idle cap before it even sends its
+// headers ends the stream the same way as one silent after them: timeout.
+func TestStreamIdleBeforeHeadersIsTimeout(t *testing.T) {
+	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 30ms\n  stream_idle: 300ms\n"})
+	status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim fault=hang]"}]}`, nil)
+	if status != 200 || bytes.Contains(b, []byte("[DONE]")) {
+		t.Fatalf("hung backend: %d %s", status, b)
+	}
+	events := bytes.Split(bytes.TrimSpace(b), []byte("\n\n"))
+	last := events[len(events)-1]
+	if code, _, _, _ := errorBody(t, bytes.TrimPrefix(last, []byte("data: "))); code != "timeout" {
+		t.Errorf("last event = %s, want code timeout", last)
+	}
+}
