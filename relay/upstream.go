@@ -82,6 +82,11 @@ func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
+	return p.dial(ctx)
+}
+
+// dial opens a new connection.
+func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	nc, err := p.dialer.DialContext(ctx, "tcp", p.host)
 	if err != nil {
 		return nil, err
@@ -117,11 +122,15 @@ func (p *h1Pool) closeIdle() {
 // connection; reading it to the end returns the connection to the pool,
 // closing it early discards the connection. A pooled connection the server
 // had closed (keep-alive timeouts are short: llama.cpp says timeout=5,
-// max=100) is retried once on a new connection, as net/http does, when
-// nothing of an answer was read.
+// max=100) is retried once on a newly dialled connection, as net/http does,
+// when nothing of an answer was read.
 func (p *h1Pool) post(ctx context.Context, header http.Header, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		c, err := p.get(ctx)
+		get := p.get
+		if attempt > 0 {
+			get = p.dial // the other pooled connections are likely dead too
+		}
+		c, err := get(ctx)
 		if err != nil {
 			return nil, err
 		}

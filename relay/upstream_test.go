@@ -170,3 +170,32 @@ func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
 		t.Fatalf("%d connections for 3 streams, want 1", conns.Load())
 	}
 }
+
+// A server that closed every pooled connection (a restart, or keep-alive
+// timeouts after a burst): the retry dials a new connection rather than
+// taking the next dead one from the pool.
+func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
+	addr, _ := testServer(t, true)
+	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two requests at once leave two connections in the pool.
+	var bodies []io.ReadCloser
+	for i := 0; i < 2; i++ {
+		resp, err := p.post(context.Background(), http.Header{}, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, resp.Body)
+	}
+	for _, b := range bodies {
+		io.Copy(io.Discard, b)
+		b.Close()
+	}
+	if len(p.idle) != 2 {
+		t.Fatalf("%d pooled connections, want 2", len(p.idle))
+	}
+	time.Sleep(20 * time.Millisecond) // let the server's closes arrive
+	post(t, p, "c")
+}
