@@ -186,7 +186,7 @@ func defaultHealthURL(base string, f openai.Flavour) string {
 type nodeHealth struct {
 	mu        sync.Mutex
 	down      atomic.Bool
-	failures  int
+	failures  atomic.Int64 // written under mu; read without it by reportSuccess's fast path
 	backoff   time.Duration
 	downUntil time.Time
 }
@@ -221,11 +221,11 @@ type HealthPolicy struct {
 
 // reportSuccess records a good answer: the node is up and its failures reset.
 func (n *Node) reportSuccess() {
-	if !n.health.down.Load() && n.health.failures == 0 {
+	if !n.health.down.Load() && n.health.failures.Load() == 0 {
 		return // fast path without the lock
 	}
 	n.health.mu.Lock()
-	n.health.failures = 0
+	n.health.failures.Store(0)
 	n.health.backoff = 0
 	n.health.down.Store(false)
 	n.health.mu.Unlock()
@@ -235,8 +235,8 @@ func (n *Node) reportSuccess() {
 func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()
-	n.health.failures++
-	if !immediate && n.health.failures < p.FailureThreshold {
+	failures := n.health.failures.Add(1)
+	if !immediate && failures < int64(p.FailureThreshold) {
 		return
 	}
 	if n.health.down.Load() {

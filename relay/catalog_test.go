@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/config"
 )
@@ -59,4 +60,26 @@ func TestReloadDoesNotWriteNodesInUse(t *testing.T) {
 	if NewCatalog(same, cat).Models[0].Backends[0].Nodes[0] != n {
 		t.Fatal("a reload with the same settings must keep the node (health, in-flight count)")
 	}
+}
+
+// Requests on one node succeed and fail at the same time: the health
+// bookkeeping is shared by them.
+func TestNodeHealthReportsConcurrently(t *testing.T) {
+	n := &Node{Name: "n"}
+	p := HealthPolicy{FailureThreshold: 1000, BackoffMin: time.Second, BackoffMax: time.Minute}
+	var wg sync.WaitGroup
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				if g == 0 {
+					n.reportSuccess()
+				} else {
+					n.reportFailure(p, false, time.Now())
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
