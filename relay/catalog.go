@@ -62,16 +62,16 @@ type Node struct {
 	authOnce sync.Once
 	authHdr  []string
 	h1Once   sync.Once
-	h1       *h1Pool // plain-http nodes: the synchronous client (upstream.go)
+	h1       atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
 }
 
 // Dials is how many connections the node's synchronous client has opened
 // (0 for https nodes, which use net/http).
 func (n *Node) Dials() int64 {
-	if n.h1 == nil {
-		return 0
+	if p := n.h1.Load(); p != nil {
+		return p.dials.Load()
 	}
-	return n.h1.dials.Load()
+	return 0
 }
 
 // authorization is the node's Authorization header value, built once.

@@ -118,18 +118,34 @@ func (r *Relay) h1For(n *Node) *h1Pool {
 	n.h1Once.Do(func() {
 		if strings.HasPrefix(n.BaseURL, "http://") {
 			if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
-				n.h1 = p
+				n.h1.Store(p)
 			}
 		}
 	})
-	return n.h1
+	return n.h1.Load()
 }
 
 // Catalog returns the catalogue in force.
 func (r *Relay) Catalog() *Catalog { return r.catalog.Load() }
 
 // SetCatalog swaps the catalogue (config reload). Requests in flight keep theirs.
-func (r *Relay) SetCatalog(c *Catalog) { r.catalog.Store(c) }
+func (r *Relay) SetCatalog(c *Catalog) {
+	old := r.catalog.Swap(c)
+	if old == nil {
+		return
+	}
+	kept := map[*Node]bool{}
+	for _, n := range c.Nodes() {
+		kept[n] = true
+	}
+	// Nodes the new catalogue dropped or replaced: close their idle
+	// connections (requests still using them finish on theirs).
+	for _, n := range old.Nodes() {
+		if p := n.h1.Load(); !kept[n] && p != nil {
+			p.closeIdle()
+		}
+	}
+}
 
 // Call is one client request as the HTTP layer hands it over.
 type Call struct {

@@ -199,3 +199,21 @@ func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // let the server's closes arrive
 	post(t, p, "c")
 }
+
+// Swapping the catalogue closes the idle connections of nodes it dropped.
+func TestSetCatalogClosesDroppedNodesIdleConnections(t *testing.T) {
+	addr, _ := testServer(t, false)
+	old := &Catalog{byID: map[string]*Model{}}
+	n := &Node{Name: "a", BaseURL: "http://" + addr + "/v1", Class: "network"}
+	old.Models = []*Model{{ID: "m", Backends: []*Backend{{Class: "network", Nodes: []*Node{n}}}}}
+	r := New(old, Options{}, Deps{})
+	p := r.h1For(n)
+	post(t, p, "x")
+	if len(p.idle) != 1 {
+		t.Fatalf("idle connections after one request: %d", len(p.idle))
+	}
+	r.SetCatalog(&Catalog{byID: map[string]*Model{}})
+	if len(p.idle) != 0 {
+		t.Fatalf("the dropped node kept %d idle connections", len(p.idle))
+	}
+}
