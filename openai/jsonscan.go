@@ -320,20 +320,6 @@ func keyName(raw []byte) []byte {
 	return inner
 }
 
-// eachField calls fn for every member of obj; it stops at fn's first error.
-func eachField(obj []byte, fn func(key, val []byte) error) error {
-	it := newObjIter(obj)
-	for {
-		k, _, v, ok := it.next()
-		if !ok {
-			return it.err
-		}
-		if err := fn(k, v); err != nil {
-			return err
-		}
-	}
-}
-
 // eachTrustedField is eachField for an already validated object.
 func eachTrustedField(obj []byte, fn func(key, val []byte) error) error {
 	it := newTrustedObjIter(obj)

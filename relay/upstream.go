@@ -60,28 +60,26 @@ func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
 }
 
 func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
-	now := time.Now()
 	p.mu.Lock()
-	for n := len(p.idle); n > 0; n = len(p.idle) {
-		c := p.idle[n-1]
+	n := len(p.idle)
+	if n == 0 {
+		p.mu.Unlock()
+		return p.dial(ctx)
+	}
+	c := p.idle[n-1] // the most recently used
+	if time.Since(c.idleAt) <= maxIdleTime {
 		p.idle = p.idle[:n-1]
-		if now.Sub(c.idleAt) > maxIdleTime {
-			// The newest is too old, so are all the others.
-			stale := p.idle
-			p.idle = nil
-			p.mu.Unlock()
-			c.c.Close()
-			for _, o := range stale {
-				o.c.Close()
-			}
-			p.mu.Lock()
-			break
-		}
 		p.mu.Unlock()
 		c.reused = true
 		return c, nil
 	}
+	// The newest is too old, so are all the others.
+	stale := p.idle
+	p.idle = nil
 	p.mu.Unlock()
+	for _, o := range stale {
+		o.c.Close()
+	}
 	return p.dial(ctx)
 }
 

@@ -3,7 +3,6 @@ package simulate
 import (
 	"encoding/json"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -258,5 +257,3 @@ func fragments(s string) []string {
 	}
 	return out
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func TestEveryFlavourNonStreamed(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	for _, f := range flavourSims {
 		t.Run(string(f), func(t *testing.T) {
-			var resp *http_Response
+			var resp *http.Response
 			c, err := h.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
 				Model:    "flav-" + string(f),
 				Messages: userMsg("Say hello."),

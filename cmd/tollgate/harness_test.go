@@ -214,6 +214,4 @@ func (h *harness) sim(name string) *simulate.Running {
 	return nil
 }
 
-type http_Response = http.Response
-
 type simStats = simulate.Stats

@@ -18,10 +18,10 @@ import (
 // backend and period, from the ledger.
 type usageCmd struct {
 	storeCommand
-	stdout, stderr                   io.Writer
-	account, key, model, backend     string
-	since, until, by, period, format string
-	json, csv                        bool
+	stdout, stderr               io.Writer
+	account, key, model, backend string
+	since, until, by, period     string
+	json, csv                    bool
 }
 
 func (c *usageCmd) Run(ctx context.Context, args []string) error {
