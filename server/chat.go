@@ -5,13 +5,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"sync"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/relay"
 )
-
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // chat is POST /v1/chat/completions: authenticate, check the body's type and
 // size, then hand over to the relay.
@@ -29,11 +26,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return tollgate.Errorf(tollgate.CodeUnsupportedMediaType, "Content-Type must be application/json")
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
+	buf := s.bodies.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= 1<<20 { // keep small buffers only
 			buf.Reset()
-			bodyPool.Put(buf)
+			s.bodies.Put(buf)
 		}
 	}()
 	buf.Reset()

@@ -35,8 +35,6 @@ func (g *requestIDs) next() string {
 	return string(out)
 }
 
-var ids = newRequestIDs()
-
 type ctxKey struct{}
 
 // requestInfo collects what the access log line says about a request.
@@ -88,7 +86,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &requestInfo{id: ids.next()}
+		ri := &requestInfo{id: s.ids.next()}
 		w.Header().Set("X-Request-Id", ri.id)
 		sw := &statusWriter{ResponseWriter: w}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))

@@ -3,10 +3,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -42,6 +44,8 @@ type Server struct {
 	Idempotency *idempotency.Keeper
 
 	pricing pricingCache
+	ids     *requestIDs
+	bodies  sync.Pool // *bytes.Buffer for request bodies
 }
 
 // New returns a server; log may be nil.
@@ -49,7 +53,8 @@ func New(rl *relay.Relay, auth Authenticator, uptime UptimeReader, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{Relay: rl, Auth: auth, Uptime: uptime, Log: log, Now: time.Now}
+	return &Server{Relay: rl, Auth: auth, Uptime: uptime, Log: log, Now: time.Now, ids: newRequestIDs(),
+		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}}
 }
 
 // route is one row of the route table.
