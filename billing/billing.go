@@ -51,6 +51,10 @@ type Options struct {
 	MaxAge time.Duration
 	// MaxBatch bounds the operations of one transaction. Default 512.
 	MaxBatch int
+	// BatchWait is the longest a batch waits for more operations when the
+	// last one showed concurrency (see worker). Default 2ms; negative: no
+	// waiting (each batch is what queued while the last was written).
+	BatchWait time.Duration
 	// Workers is how many batches may be in flight at once. SQLite has one
 	// writer, so 1 (the default) is right for it; PostgreSQL can take a few.
 	Workers int
@@ -99,6 +103,9 @@ func (o *Options) setDefaults() {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 512
 	}
+	if o.BatchWait == 0 {
+		o.BatchWait = 2 * time.Millisecond
+	}
 	if o.Workers <= 0 {
 		o.Workers = 1
 	}
@@ -136,6 +143,15 @@ type Stats struct {
 	UncollectedAmount tollgate.Amount
 	Swept             int64
 	Batches           int64
+	// Ops counts the operations written in batches; Writing is the time
+	// spent writing them (the store's transactions, back to back on one
+	// writer: Writing over the elapsed time is how busy the writer is),
+	// Lingering the time batches waited for more operations.
+	Ops                int64
+	Writing, Lingering time.Duration
+	// Waiting is the time callers spent from handing an operation over to
+	// its batch's commit, summed (Waiting / Ops: the average wait).
+	Waiting time.Duration
 	// Reserves and Returns count reservation top-ups and give-backs;
 	// InMemory the holds placed against a reservation (no database write).
 	Reserves, Returns, InMemory int64
@@ -158,8 +174,12 @@ type Biller struct {
 	live sync.Map // hold id -> liveHold
 	// async counts settles handed to the batcher but not yet committed.
 	async sync.WaitGroup
+	// open counts the holds placed and not yet handed back for a settle or
+	// release: the requests in flight whose charge may join the next batch.
+	open atomic.Int64
 
 	holds, refused, settled, released, uncollected, uncollectedAmt, swept, batches atomic.Int64
+	ops, writing, lingering, waiting                                               atomic.Int64
 	reserves, returns, inMemory                                                    atomic.Int64
 
 	resvMu sync.Mutex
@@ -219,7 +239,9 @@ func (b *Biller) Wait() {
 func (b *Biller) Stats() Stats {
 	return Stats{Holds: b.holds.Load(), Refused: b.refused.Load(), Settled: b.settled.Load(), Released: b.released.Load(),
 		Uncollected: b.uncollected.Load(), UncollectedAmount: tollgate.Amount(b.uncollectedAmt.Load()),
-		Swept: b.swept.Load(), Batches: b.batches.Load(),
+		Swept: b.swept.Load(), Batches: b.batches.Load(), Ops: b.ops.Load(),
+		Writing: time.Duration(b.writing.Load()), Lingering: time.Duration(b.lingering.Load()),
+		Waiting:  time.Duration(b.waiting.Load()),
 		Reserves: b.reserves.Load(), Returns: b.returns.Load(), InMemory: b.inMemory.Load()}
 }
 
@@ -228,53 +250,71 @@ func (b *Biller) Stats() Stats {
 // must be seen through, or a hold could be placed that nobody releases.
 func (b *Biller) do(op tollgate.BillingOp) (tollgate.BillingOp, error) {
 	p := &pending{op: op, done: make(chan struct{})}
+	start := time.Now()
 	select {
 	case b.queue <- p:
 	case <-b.quit:
 		return op, ErrClosed
 	}
 	<-p.done
+	b.waiting.Add(int64(time.Since(start)))
 	return p.op, p.err
 }
 
-// linger is how long a batch may wait for more operations when the last
-// batch showed concurrency: a commit costs about as much as the statements
-// of several operations, so fuller batches buy throughput. A lone client
-// (batches of one) never waits.
-const linger = 300 * time.Microsecond
+// lingerGap: a batch that is waiting for more operations is committed when
+// none has arrived for a quarter of BatchWait (the arrivals paused: waiting
+// longer only adds latency).
+func lingerGap(wait time.Duration) time.Duration { return wait / 4 }
 
+// worker writes batches. Operations that arrive while a batch is being
+// written form the next one (group commit). When the last batch showed
+// concurrency, the next waits up to BatchWait for more, which makes the
+// batches and the writes they share larger under load (a commit and its
+// fsync cost as much as many charges' rows), but stops waiting as soon as
+// every request in flight is already in the batch (nothing else can come
+// soon) or arrivals pause for lingerGap. A lone client never waits.
 func (b *Biller) worker() {
 	defer b.wg.Done()
 	batch := make([]*pending, 0, b.opts.MaxBatch)
 	lastSize := 0
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	drain := func() {
+		for len(batch) < b.opts.MaxBatch {
+			select {
+			case p := <-b.queue:
+				batch = append(batch, p)
+			default:
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case p := <-b.queue:
 			batch = append(batch[:0], p)
-			drain := func() {
-				for len(batch) < b.opts.MaxBatch {
-					select {
-					case p := <-b.queue:
-						batch = append(batch, p)
-					default:
-						return
-					}
-				}
-			}
 			drain()
-			if lastSize > 1 && len(batch) < b.opts.MaxBatch {
-				t := time.NewTimer(linger)
+			if lastSize > 1 && b.opts.BatchWait > 0 {
+				start := time.Now()
+				deadline := start.Add(b.opts.BatchWait)
+				timer.Reset(lingerGap(b.opts.BatchWait))
 			wait:
-				for len(batch) < b.opts.MaxBatch {
+				for len(batch) < b.opts.MaxBatch && b.open.Load() > 0 {
 					select {
 					case p := <-b.queue:
 						batch = append(batch, p)
-					case <-t.C:
+						drain()
+						left := time.Until(deadline)
+						if left <= 0 {
+							break wait
+						}
+						timer.Reset(min(lingerGap(b.opts.BatchWait), left))
+					case <-timer.C:
 						break wait
 					}
 				}
-				t.Stop()
-				drain()
+				timer.Stop()
+				b.lingering.Add(int64(time.Since(start)))
 			}
 			lastSize = len(batch)
 			b.apply(batch)
@@ -289,6 +329,9 @@ func (b *Biller) worker() {
 // only the bad one fails.
 func (b *Biller) apply(batch []*pending) {
 	b.batches.Add(1)
+	b.ops.Add(int64(len(batch)))
+	start := time.Now()
+	defer func() { b.writing.Add(int64(time.Since(start))) }()
 	ops := make([]*tollgate.BillingOp, len(batch))
 	for i, p := range batch {
 		ops[i] = &p.op
@@ -319,7 +362,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 		at = now
 	}
 	h := tollgate.Hold{
-		ID: tollgate.NewID("hold_"), RequestID: req.RequestID, AccountID: req.AccountID, KeyID: req.KeyID,
+		ID: tollgate.NewOrderedID("hold_", now), RequestID: req.RequestID, AccountID: req.AccountID, KeyID: req.KeyID,
 		Model: req.Model, Class: req.Class, Amount: req.Amount, Tokens: req.TokenBound, Minute: at.Unix() / 60,
 		Owner: b.opts.Instance, Created: now, Expires: now.Add(b.opts.Lease),
 	}
@@ -333,6 +376,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 		}
 		if ok {
 			b.holds.Add(1)
+			b.open.Add(1)
 			b.inMemory.Add(1)
 			return id, nil
 		}
@@ -344,6 +388,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	switch op.Outcome {
 	case tollgate.HoldOK:
 		b.holds.Add(1)
+		b.open.Add(1)
 		b.live.Store(h.ID, liveHold{account: h.AccountID, amount: h.Amount})
 		return h.ID, nil
 	case tollgate.HoldInsufficient:
@@ -382,6 +427,9 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		c.Time = b.opts.Now()
 	}
 	lh, ok := b.live.LoadAndDelete(holdID)
+	if ok {
+		b.open.Add(-1)
+	}
 	if ok && lh.(liveHold).mem != nil {
 		return b.chargeReserved(holdID, lh.(liveHold).mem, c)
 	}
@@ -425,6 +473,7 @@ func (b *Biller) settle(holdID string, c tollgate.Charge) (tollgate.Amount, erro
 func (b *Biller) Release(ctx context.Context, holdID string) error {
 	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
 	if lh, ok := b.live.LoadAndDelete(holdID); ok {
+		b.open.Add(-1)
 		if m := lh.(liveHold).mem; m != nil {
 			b.releaseReserved(m)
 			return nil

@@ -100,7 +100,7 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 		if r.avail() >= h.Amount {
 			r.inflight += h.Amount
 			r.mu.Unlock()
-			id := tollgate.NewID("hold_")
+			id := tollgate.NewOrderedID("hold_", now)
 			b.live.Store(id, liveHold{account: h.AccountID, amount: h.Amount, mem: &memHold{r: r, amount: h.Amount}})
 			return id, true, nil
 		}
@@ -220,6 +220,7 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 			// retried settle charges it.
 			r.inflight += m.amount
 			b.live.Store(holdID, liveHold{account: r.account, amount: m.amount, mem: m})
+			b.open.Add(1)
 		case op.Gone:
 			b.detachLocked(r)
 		case !op.Replayed:

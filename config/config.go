@@ -111,6 +111,9 @@ type Billing struct {
 	Sweep Duration `yaml:"sweep"`
 	// MaxBatch bounds how many holds and settles share one transaction. Default 512.
 	MaxBatch int `yaml:"max_batch"`
+	// BatchWait is the longest a batch waits for more operations under
+	// concurrency (group commit; docs/billing.md). Default 2ms; "off": none.
+	BatchWait Duration `yaml:"batch_wait"`
 	// AsyncSettle sends the response before its charge is committed when
 	// the hold covers the cost (default false: every response waits for
 	// its charge; docs/billing.md, "Asynchronous settles").
@@ -269,6 +272,7 @@ func (c *Config) setDefaults() {
 	if c.Billing.MaxBatch == 0 {
 		c.Billing.MaxBatch = 512
 	}
+	def(&c.Billing.BatchWait, 2*time.Millisecond)
 	def(&c.Traffic.ShareCache, 10*time.Second)
 	c.Idempotency.setDefaults()
 	for i := range c.Models {
@@ -328,8 +332,11 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		{"traffic.flush", c.Traffic.Flush}, {"traffic.share_cache", c.Traffic.ShareCache},
 	} {
 		if d.v == Off {
-			bad(d.key, `"off" is allowed only for health.interval`)
+			bad(d.key, `"off" is allowed only for health.interval and billing.batch_wait`)
 		}
+	}
+	if c.Billing.BatchWait > Duration(100*time.Millisecond) {
+		bad("billing.batch_wait", "at most 100ms: every response under load may wait this long for its charge's commit")
 	}
 	if c.Timeouts.StreamIdle > c.Timeouts.StreamTotal {
 		bad("timeouts.stream_idle", "must not exceed timeouts.stream_total")

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -22,7 +23,20 @@ type billStmts struct {
 	delHold, selReplay, selAccount, settleAccount, settleKey, fixWindow, insLedger *sql.Stmt
 	relAccount, relKey, relWindow                                                  *sql.Stmt
 	takeReservation                                                                *sql.Stmt
+	// insLedgerN[i] inserts 2^i charge rows in one statement
+	// (ledgerRowsPerStmt): a batch of n summed charges takes one statement
+	// per bit of n instead of n.
+	insLedgerN [ledgerRowsBits]*sql.Stmt
 }
+
+// ledgerRowsBits bounds the rows of one multi-row insert: 2^6 = 64 rows of
+// 18 values, far below SQLite's limit on bound variables.
+const ledgerRowsBits = 7
+
+const insLedgerHead = `INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
+			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated) VALUES `
+
+const insLedgerRow = `(?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (db *DB) prepareBilling(ctx context.Context) error {
 	b := &db.bill
@@ -46,9 +60,7 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 		{&b.settleAccount, `UPDATE accounts SET balance = balance - ?, held = held - ? WHERE id = ?`},
 		{&b.settleKey, `UPDATE api_keys SET spent = spent + ?, held = held - ? WHERE id = ?`},
 		{&b.fixWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
-		{&b.insLedger, `INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
-			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated)
-			VALUES (?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&b.insLedger, insLedgerHead + insLedgerRow},
 		{&b.relAccount, `UPDATE accounts SET held = held - ? WHERE id = ?`},
 		{&b.relKey, `UPDATE api_keys SET held = held - ? WHERE id = ?`},
 		{&b.relWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
@@ -59,6 +71,15 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 			return fmt.Errorf("billing statement %q: %w", p.q, err)
 		}
 		*p.st = st
+	}
+	b.insLedgerN[0] = b.insLedger
+	for i := 1; i < ledgerRowsBits; i++ {
+		q := insLedgerHead + insLedgerRow + strings.Repeat(", "+insLedgerRow, 1<<i-1)
+		st, err := db.w.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("billing statement for %d ledger rows: %w", 1<<i, err)
+		}
+		b.insLedgerN[i] = st
 	}
 	return nil
 }
@@ -131,7 +152,11 @@ type txStmts struct {
 	s     *billStmts
 	bound map[*sql.Stmt]*sql.Stmt
 	sums  []*chargeSum // charges summed per reservation, not yet written
+	rows  []any        // ledger rows of summed charges not yet written, ledgerRowValues each
 }
+
+// ledgerRowValues is the number of values of one charge row (insLedgerRow).
+const ledgerRowValues = 18
 
 // chargeSum is what consecutive charges take from one reservation.
 type chargeSum struct {
@@ -271,14 +296,7 @@ func (b *txStmts) settle(op *tollgate.BillingOp) error {
 			return err
 		}
 	}
-	id := c.RequestID
-	if id == "" {
-		id = op.HoldID
-	}
-	_, err = b.exec(b.s.insLedger, id, acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
-		c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output),
-		int64(c.Cost), int64(op.Uncollected), c.Estimated)
-	return err
+	return b.ledgerRow(op, acct, key, charged)
 }
 
 // reserve grows or creates an instance's reservation: a holds row with no
@@ -393,9 +411,7 @@ func (b *txStmts) giveBack(op *tollgate.BillingOp) error {
 func (b *txStmts) chargeSummed(op *tollgate.BillingOp) error {
 	c := &op.Charge
 	op.Charged, op.Uncollected, op.Gone, op.Replayed = c.Cost, 0, false, false
-	if err := b.ledgerRow(op, c.AccountID, c.KeyID, int64(c.Cost)); err != nil {
-		return err
-	}
+	b.rows = appendLedgerRow(b.rows, op, c.AccountID, c.KeyID, int64(c.Cost))
 	var s *chargeSum
 	for _, x := range b.sums {
 		if x.reservation == op.Reservation {
@@ -412,9 +428,12 @@ func (b *txStmts) chargeSummed(op *tollgate.BillingOp) error {
 	return nil
 }
 
-// flushCharges writes the summed charges: per reservation, one update of
-// the reservation, the account and the key.
+// flushCharges writes the summed charges: their ledger rows, and per
+// reservation one update of the reservation, the account and the key.
 func (b *txStmts) flushCharges() error {
+	if err := b.flushRows(); err != nil {
+		return err
+	}
 	for _, s := range b.sums {
 		n, err := b.exec(b.s.takeReservation, s.taken, s.reservation)
 		if err != nil {
@@ -477,16 +496,46 @@ func (b *txStmts) charge(op *tollgate.BillingOp) error {
 	return b.ledgerRow(op, c.AccountID, c.KeyID, ch)
 }
 
-func (b *txStmts) ledgerRow(op *tollgate.BillingOp, acct, key string, charged int64) error {
-	c := &op.Charge
-	id := c.RequestID
-	if id == "" {
-		id = op.HoldID
+// ledgerID is the id of op's charge row: the request id, or the hold id for
+// a charge without one.
+func ledgerID(op *tollgate.BillingOp) string {
+	if op.Charge.RequestID != "" {
+		return op.Charge.RequestID
 	}
-	_, err := b.exec(b.s.insLedger, id, acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
+	return op.HoldID
+}
+
+// appendLedgerRow appends the values of op's charge row to vs (insLedgerRow).
+func appendLedgerRow(vs []any, op *tollgate.BillingOp, acct, key string, charged int64) []any {
+	c := &op.Charge
+	return append(vs, ledgerID(op), acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
 		c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output),
 		int64(c.Cost), int64(c.Cost)-charged, c.Estimated)
+}
+
+// ledgerRow writes op's charge row now.
+func (b *txStmts) ledgerRow(op *tollgate.BillingOp, acct, key string, charged int64) error {
+	var vs [ledgerRowValues]any
+	_, err := b.exec(b.s.insLedger, appendLedgerRow(vs[:0], op, acct, key, charged)...)
 	return err
+}
+
+// flushRows writes the queued charge rows, as few statements as the bits of
+// their number (largest first, so the rows keep their order).
+func (b *txStmts) flushRows() error {
+	n := len(b.rows) / ledgerRowValues
+	done := 0
+	for i := ledgerRowsBits - 1; i >= 0; i-- {
+		for n-done >= 1<<i {
+			k := 1 << i
+			if _, err := b.exec(b.s.insLedgerN[i], b.rows[done*ledgerRowValues:(done+k)*ledgerRowValues]...); err != nil {
+				return err
+			}
+			done += k
+		}
+	}
+	b.rows = b.rows[:0]
+	return nil
 }
 
 // release frees a hold without a charge. It reports false (and marks op
@@ -682,8 +731,16 @@ func (db *DB) Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollga
 	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE 1 = 1`
 	var args []any
 	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
-	if f.AccountID != "" {
+	// Every query goes through the (account_id, time) index, the only one
+	// the ledger keeps besides its ids (migration 0005): by the key's
+	// account for a key, and account by account when no account is given.
+	switch {
+	case f.AccountID != "":
 		add("account_id = ?", f.AccountID)
+	case f.KeyID != "":
+		add("account_id = (SELECT account_id FROM api_keys WHERE id = ?)", f.KeyID)
+	default:
+		q += " AND account_id IN (SELECT id FROM accounts)"
 	}
 	if f.KeyID != "" {
 		add("key_id = ?", f.KeyID)
@@ -778,10 +835,11 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT k.id, k.spent, k.held,
-		coalesce((SELECT -sum(amount) FROM ledger l WHERE l.key_id = k.id AND kind = 'charge'), 0),
+	// The keys' charges in one grouped scan: key_id has no index (migration 0005).
+	rows, err = tx.QueryContext(ctx, `WITH c AS (SELECT key_id, -sum(amount) AS charges FROM ledger WHERE kind = 'charge' GROUP BY key_id)
+		SELECT k.id, k.spent, k.held, coalesce(c.charges, 0),
 		coalesce((SELECT sum(amount) FROM holds h WHERE h.key_id = k.id), 0)
-		FROM api_keys k ORDER BY k.created, k.id`)
+		FROM api_keys k LEFT JOIN c ON c.key_id = k.id ORDER BY k.created, k.id`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: audit keys: %w", err)
 	}

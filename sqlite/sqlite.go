@@ -178,6 +178,11 @@ func readMigrations() ([]migrations.Migration, error) {
 // once: BEGIN IMMEDIATE serialises them and each re-reads what is applied.
 // Open calls it; `tollgate migrate` calls it too.
 func (db *DB) Migrate(ctx context.Context) ([]string, error) {
+	return db.migrateTo(ctx, int(^uint(0)>>1))
+}
+
+// migrateTo applies the migrations up to version upTo (tests build old schemas with it).
+func (db *DB) migrateTo(ctx context.Context, upTo int) ([]string, error) {
 	ms, err := readMigrations()
 	if err != nil {
 		return nil, err
@@ -191,6 +196,9 @@ func (db *DB) Migrate(ctx context.Context) ([]string, error) {
 	}
 	var applied []string
 	for _, m := range ms {
+		if m.Version > upTo {
+			break
+		}
 		done, err := db.applyMigration(ctx, m)
 		if err != nil {
 			return applied, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)

@@ -37,6 +37,7 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 		Sweep:       cfg.Billing.Sweep.D(),
 		MaxAge:      max(cfg.Timeouts.StreamTotal.D(), cfg.Timeouts.NonStream.D()) + time.Minute,
 		MaxBatch:    cfg.Billing.MaxBatch,
+		BatchWait:   cfg.Billing.BatchWait.D(),
 		Workers:     workers,
 		AsyncSettle: cfg.Billing.AsyncSettle,
 		Logger:      log,

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"CreditDebit", testBillingCreditDebit},
 		{"ConcurrentHolds", testBillingConcurrentHolds},
 		{"Reservation", testBillingReservation},
+		{"LedgerFilters", testBillingLedgerFilters},
 	}
 	for _, tc := range tests {
 		t.Run("Billing"+tc.name, func(t *testing.T) {
@@ -520,4 +522,64 @@ func testBillingReservation(t *testing.T, s BillingStore) {
 		t.Errorf("reserve for a key with a rate limit: outcome %d, want HoldDirect", op.Outcome)
 	}
 	auditClean(t, s, now)
+}
+
+// testBillingLedgerFilters checks every UsageFilter field alone and together
+// against charges of two accounts, three keys, two models, both classes and
+// three times: the entries that match, oldest first.
+func testBillingLedgerFilters(t *testing.T, s BillingStore) {
+	base := t0.Add(1000 * time.Hour) // after anything another test writes
+	a, ka1 := fundedKey(t, s, usd("10"), nil)
+	ka2, _ := newKey(t, s, a.ID, nil)
+	b, kb := fundedKey(t, s, usd("10"), nil)
+	charge := func(acct tollgate.Account, key tollgate.Key, model string, class tollgate.BackendClass, at time.Time) string {
+		h := holdOp(acct, key, usd("0.5"), at)
+		st := settleOp(h, usd("0.01"), at)
+		st.Charge.Model, st.Charge.Class = model, class
+		apply(t, s, h, st)
+		return h.Hold.RequestID
+	}
+	c1 := charge(a, ka1, "m1", tollgate.ClassNetwork, base.Add(time.Hour))
+	c2 := charge(a, ka2, "m2", tollgate.ClassFallback, base.Add(2*time.Hour))
+	c3 := charge(b, kb, "m1", tollgate.ClassNetwork, base.Add(3*time.Hour))
+	for _, tc := range []struct {
+		name string
+		f    tollgate.UsageFilter
+		want []string
+	}{
+		{"period", tollgate.UsageFilter{Since: base}, []string{c1, c2, c3}},
+		{"period bounds", tollgate.UsageFilter{Since: base.Add(90 * time.Minute), Until: base.Add(3 * time.Hour)}, []string{c2}},
+		{"account", tollgate.UsageFilter{AccountID: a.ID, Since: base}, []string{c1, c2}},
+		{"key", tollgate.UsageFilter{KeyID: ka2.ID}, []string{c2}},
+		{"key of the other account", tollgate.UsageFilter{KeyID: kb.ID, AccountID: b.ID}, []string{c3}},
+		{"key and wrong account", tollgate.UsageFilter{KeyID: kb.ID, AccountID: a.ID}, nil},
+		{"model", tollgate.UsageFilter{Model: "m1", Since: base}, []string{c1, c3}},
+		{"class", tollgate.UsageFilter{Class: tollgate.ClassFallback, Since: base}, []string{c2}},
+		{"model and account", tollgate.UsageFilter{Model: "m1", AccountID: b.ID}, []string{c3}},
+		{"unknown key", tollgate.UsageFilter{KeyID: "key_none"}, nil},
+	} {
+		var got []string
+		err := s.Ledger(ctx(t), tc.f, func(e tollgate.LedgerEntry) error {
+			got = append(got, e.ID)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: Ledger: %v", tc.name, err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Ledger(%+v) = %v, want %v", tc.name, tc.f, got, tc.want)
+		}
+	}
+	// The account filter alone includes the opening entry, first.
+	var kinds []tollgate.LedgerKind
+	if err := s.Ledger(ctx(t), tollgate.UsageFilter{AccountID: b.ID}, func(e tollgate.LedgerEntry) error {
+		kinds = append(kinds, e.Kind)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(kinds, []tollgate.LedgerKind{tollgate.LedgerOpening, tollgate.LedgerCharge}) {
+		t.Errorf("account %s: kinds %v, want opening then charge", b.ID, kinds)
+	}
+	auditClean(t, s, base.Add(4*time.Hour))
 }

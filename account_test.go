@@ -1,0 +1,35 @@
+package tollgate
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewOrderedIDSortsByTime(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	prev := ""
+	seen := map[string]bool{}
+	for i := range 1000 {
+		// Several ids per microsecond, and steps across digit carries.
+		at := t0.Add(time.Duration(i/3) * time.Microsecond * 61)
+		id := NewOrderedID("hold_", at)
+		if len(id) != len("hold_")+19 || !strings.HasPrefix(id, "hold_") {
+			t.Fatalf("id %q: want hold_ and 19 characters", id)
+		}
+		if seen[id] {
+			t.Fatalf("duplicate id %q", id)
+		}
+		seen[id] = true
+		if i%3 == 0 && id <= prev {
+			t.Fatalf("id %q made at %v sorts before %q made earlier", id, at, prev)
+		}
+		if i%3 == 0 {
+			prev = id[:len(id)-10] + "zzzzzzzzzz" // the largest id of this microsecond
+		}
+	}
+	// Far dates keep the fixed width.
+	if a, b := NewOrderedID("x_", time.Unix(0, 0)), NewOrderedID("x_", time.Date(2390, 1, 1, 0, 0, 0, 0, time.UTC)); len(a) != len(b) || a >= b {
+		t.Errorf("epoch %q vs 2390 %q", a, b)
+	}
+}
