@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -46,6 +47,31 @@ type benchResult struct {
 	ttft      []time.Duration // streams: first content chunk
 	allocs    uint64
 	bytesHeap uint64
+	// usage is the process's CPU time and thread sleeps (voluntary context
+	// switches: a thread blocked and had to be woken) over the measured
+	// window, load generator and simulator included.
+	usage procUsage
+}
+
+// target is one of the three things a phase measures.
+type target struct{ name, url, model, key string }
+
+// procUsage is what getrusage says of the whole process.
+type procUsage struct {
+	cpu    time.Duration
+	sleeps int64
+}
+
+func readUsage() procUsage {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return procUsage{}
+	}
+	return procUsage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), sleeps: ru.Nvcsw}
+}
+
+func (u procUsage) sub(v procUsage) procUsage {
+	return procUsage{cpu: u.cpu - v.cpu, sleeps: u.sleeps - v.sleeps}
 }
 
 func (r benchResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
@@ -65,6 +91,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	conc := fs.Int("concurrency", 32, "concurrent clients for the throughput phases")
 	modConc := fs.Int("moderate", 4, "concurrent clients for the latency phases (moderate load)")
 	rate := fs.Int("rate", 1000, "requests a second of the fixed-rate (open-loop) phases; 0 skips them")
+	pairedOn := fs.Bool("paired", true, "also measure the added latency paired: one client alternating direct, bare proxy and tollgate request by request (closed loop, and open loop at --rate)")
 	only := fs.String("only", "", "run only the phases whose name contains this text (e.g. \"streamed, 1000/s\")")
 	tokens := fs.Int("tokens", 16, "completion tokens per answer")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -173,7 +200,6 @@ models:
 	go proxySrv.Serve(proxyLn)
 	defer proxySrv.Close()
 
-	type target struct{ name, url, model, key string }
 	direct := target{"direct", sim.URL() + "/v1/chat/completions", "bench-up", ""}
 	proxied := target{"bare proxy", "http://" + proxyLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	through := target{"tollgate", m.APIURL() + "/chat/completions", "bench", secret}
@@ -246,11 +272,13 @@ models:
 		runtime.GC()
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
+		u0 := readUsage()
 		measuring.Store(true)
 		t0 := time.Now()
 		time.Sleep(*dur)
 		measuring.Store(false)
 		res.elapsed = time.Since(t0)
+		res.usage = readUsage().sub(u0)
 		runtime.ReadMemStats(&ms1)
 		stopFlag.Store(true)
 		wg.Wait()
@@ -314,7 +342,8 @@ models:
 		warmEnd := t0.Add(*warm)
 		end := warmEnd.Add(*dur)
 		var ms0, ms1 runtime.MemStats
-		memTimer := time.AfterFunc(*warm, func() { runtime.ReadMemStats(&ms0) })
+		var u0 procUsage
+		memTimer := time.AfterFunc(*warm, func() { runtime.ReadMemStats(&ms0); u0 = readUsage() })
 		for i := 0; ; i++ {
 			at := t0.Add(time.Duration(i) * interval)
 			if at.After(end) {
@@ -327,6 +356,7 @@ models:
 		}
 		runtime.ReadMemStats(&ms1)
 		memTimer.Stop()
+		res.usage = readUsage().sub(u0)
 		wg.Wait()
 		res.elapsed = *dur
 		// Requests still running at the end are not counted; their allocations
@@ -379,6 +409,23 @@ models:
 		p.proxy = run(proxied, p.stream, p.workers)
 		p.through = run(through, p.stream, p.workers)
 	}
+	var paired []pairedResult
+	if *pairedOn {
+		targets := [3]target{direct, proxied, through}
+		for _, stream := range []bool{false, true} {
+			label := "non-streamed"
+			if stream {
+				label = "streamed"
+			}
+			if *only != "" && !strings.Contains(label+", paired", *only) {
+				continue
+			}
+			paired = append(paired, runPaired(ctx, client, targets, body, label+", paired, one client", stream, 0, *warm, *dur))
+			if *rate > 0 {
+				paired = append(paired, runPaired(ctx, client, targets, body, fmt.Sprintf("%s, paired, %d/s", label, *rate), stream, *rate, *warm, *dur))
+			}
+		}
+	}
 	if m.Biller != nil {
 		st := m.Biller.Stats()
 		fmt.Fprintf(c.stdout, "billing: %d holds (%d in memory, %d reservation top-ups), %d settled, %d released, %d batches (%.1f operations a batch)\n\n",
@@ -386,7 +433,10 @@ models:
 			float64(st.Settled+st.Reserves+st.Holds-st.InMemory)/float64(max(st.Batches, 1)))
 	}
 	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tconc\ttarget\treq/s\tp50\tp99\tttft p50\terrors\tallocs/req\t")
+	if len(pairs) == 0 {
+		tw = tabwriter.NewWriter(io.Discard, 2, 4, 2, ' ', 0)
+	}
+	fmt.Fprintln(tw, "phase\tconc\ttarget\treq/s\tp50\tp99\tttft p50\terrors\tallocs/req\tcpu/req\tsleeps/req\t")
 	for _, p := range pairs {
 		for _, r := range []benchResult{p.direct, p.proxy, p.through} {
 			ttft := "-"
@@ -397,9 +447,10 @@ models:
 			if p.workers < 0 {
 				conc = "open"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%.0f\t\n", p.label, conc, r.name, r.rps(),
+			n := max(r.requests, 1)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%.0f\t%s\t%.1f\t\n", p.label, conc, r.name, r.rps(),
 				pct(r.lat, 0.5).Round(time.Microsecond), pct(r.lat, 0.99).Round(time.Microsecond), ttft, r.errors,
-				float64(r.allocs)/float64(max(r.requests, 1)))
+				float64(r.allocs)/float64(n), (r.usage.cpu / time.Duration(n)).Round(time.Microsecond), float64(r.usage.sleeps)/float64(n))
 		}
 	}
 	tw.Flush()
@@ -423,5 +474,117 @@ models:
 				(pct(t.ttft, 0.5) - pct(d.ttft, 0.5)).Round(time.Microsecond), (pct(t.ttft, 0.5) - pct(x.ttft, 0.5)).Round(time.Microsecond))
 		}
 	}
+	for _, r := range paired {
+		r.print(c.stdout)
+	}
 	return nil
+}
+
+// pairedResult is a paired phase: the three targets measured in turn by the
+// same client, request by request, so that every target sees the machine in
+// the same state; "added" is the median of the per-round differences.
+type pairedResult struct {
+	label    string
+	lat      [3][]time.Duration // direct, bare proxy, tollgate
+	ttft     [3][]time.Duration
+	addedT   []time.Duration // tollgate − direct, per round
+	addedP   []time.Duration // bare proxy − direct, per round
+	addedTT  []time.Duration // streams: tollgate's time to first content − direct's
+	errors   int
+	rounds   int
+	openRate int
+}
+
+// runPaired measures the three targets in rounds: each round sends one
+// request to each, in an order that rotates, and records the differences.
+// rate 0: back to back (one request in flight); else one request every
+// 1/rate (open loop, each round spread over three ticks).
+func runPaired(ctx context.Context, client *http.Client, targets [3]target, body func(string, bool) []byte,
+	label string, stream bool, rate int, warm, dur time.Duration) pairedResult {
+	res := pairedResult{label: label, openRate: rate}
+	once := func(t target) (lat, ttft time.Duration, ok bool) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body(t.model, stream)))
+		req.Header.Set("Content-Type", "application/json")
+		if t.key != "" {
+			req.Header.Set("Authorization", "Bearer "+t.key)
+		}
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, 0, false
+		}
+		defer resp.Body.Close()
+		if stream {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if line := sc.Bytes(); ttft == 0 && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
+					ttft = time.Since(start)
+				}
+			}
+		} else {
+			_, _ = io.Copy(io.Discard, resp.Body)
+		}
+		return time.Since(start), ttft, resp.StatusCode == 200
+	}
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Second / time.Duration(rate)
+	}
+	start := time.Now()
+	measureFrom, end := start.Add(warm), start.Add(warm+dur)
+	tick := start
+	for round := 0; time.Now().Before(end); round++ {
+		var lat, ttft [3]time.Duration
+		ok := true
+		for k := range 3 {
+			i := (round + k) % 3
+			if interval > 0 {
+				tick = tick.Add(interval)
+				time.Sleep(time.Until(tick))
+			}
+			l, f, good := once(targets[i])
+			lat[i], ttft[i], ok = l, f, ok && good
+		}
+		if time.Now().Before(measureFrom) {
+			continue
+		}
+		if !ok {
+			res.errors++
+			continue
+		}
+		res.rounds++
+		for i := range 3 {
+			res.lat[i] = append(res.lat[i], lat[i])
+			res.ttft[i] = append(res.ttft[i], ttft[i])
+		}
+		res.addedT = append(res.addedT, lat[2]-lat[0])
+		res.addedP = append(res.addedP, lat[1]-lat[0])
+		if stream {
+			res.addedTT = append(res.addedTT, ttft[2]-ttft[0])
+		}
+	}
+	for i := range 3 {
+		slices.Sort(res.lat[i])
+		slices.Sort(res.ttft[i])
+	}
+	slices.Sort(res.addedT)
+	slices.Sort(res.addedP)
+	slices.Sort(res.addedTT)
+	return res
+}
+
+func (r pairedResult) print(w io.Writer) {
+	how := "back to back"
+	if r.openRate > 0 {
+		how = fmt.Sprintf("one request every %s", time.Second/time.Duration(r.openRate))
+	}
+	fmt.Fprintf(w, "%s (%d rounds of direct, bare proxy, tollgate in turn, %s; %d failed rounds)\n", r.label, r.rounds, how, r.errors)
+	fmt.Fprintf(w, "  p50: direct %s   bare proxy %s   tollgate %s\n", pct(r.lat[0], 0.5).Round(time.Microsecond),
+		pct(r.lat[1], 0.5).Round(time.Microsecond), pct(r.lat[2], 0.5).Round(time.Microsecond))
+	fmt.Fprintf(w, "  added, median of the rounds' differences: tollgate %s   bare proxy %s\n",
+		pct(r.addedT, 0.5).Round(time.Microsecond), pct(r.addedP, 0.5).Round(time.Microsecond))
+	if len(r.addedTT) > 0 {
+		fmt.Fprintf(w, "  time to first content added: tollgate %s (p50 direct %s, tollgate %s)\n", pct(r.addedTT, 0.5).Round(time.Microsecond),
+			pct(r.ttft[0], 0.5).Round(time.Microsecond), pct(r.ttft[2], 0.5).Round(time.Microsecond))
+	}
 }
