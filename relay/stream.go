@@ -29,6 +29,13 @@ type streamer struct {
 	mu  sync.Mutex
 	buf []byte
 
+	// The watchdog is a timer, not a goroutine: a stream that answers
+	// quickly never runs it, and ending it needs no hand-off.
+	watch   *time.Timer
+	period  time.Duration
+	cancel  context.CancelCauseFunc
+	stopped bool // the watchdog must do nothing more (under mu)
+
 	committed bool  // status and headers sent
 	pending   bool  // written but not flushed
 	writeErr  error // the client stopped reading
@@ -49,17 +56,8 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	now := x.r.now().UnixNano()
 	s.lastWrite.Store(now)
 	s.lastUpstream.Store(now)
-	watchdogDone := make(chan struct{})
-	stopWatchdog := make(chan struct{})
-	go s.watchdog(cancel, stopWatchdog, watchdogDone)
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			close(stopWatchdog)
-			<-watchdogDone
-		}
-	}
+	s.startWatchdog(cancel)
+	stop := s.stopWatchdog
 	defer stop()
 
 	norm := &openai.StreamNormalizer{ID: x.completionID(), Model: x.model.ID, Flavour: x.node.Flavour}
@@ -250,40 +248,50 @@ func (s *streamer) flush() {
 	s.lastWrite.Store(s.x.r.now().UnixNano())
 }
 
-// watchdog sends `: keep-alive` comments while nothing else is written and
-// ends the upstream call when the backend stays silent past the idle cap.
-func (s *streamer) watchdog(cancel context.CancelCauseFunc, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+// startWatchdog arms the watchdog: every period it sends a `: keep-alive`
+// comment if nothing else was written for KeepAlive, and ends the upstream
+// call when the backend has been silent past StreamIdle.
+func (s *streamer) startWatchdog(cancel context.CancelCauseFunc) {
 	o := s.x.r.opts
-	period := min(o.KeepAlive, o.StreamIdle) / 4
-	period = max(period, 5*time.Millisecond)
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		now := s.x.r.now().UnixNano()
-		if time.Duration(now-s.lastUpstream.Load()) >= o.StreamIdle {
-			cancel(errStreamIdle)
-			return
-		}
-		if time.Duration(now-s.lastWrite.Load()) >= o.KeepAlive {
-			s.mu.Lock()
-			if s.writeErr == nil {
-				if !s.committed {
-					s.commit()
-				}
-				if _, err := s.w.Write(openai.KeepAliveComment); err != nil {
-					s.writeErr = err
-				} else if err := s.rc.Flush(); err != nil {
-					s.writeErr = err
-				}
-				s.lastWrite.Store(now)
-			}
-			s.mu.Unlock()
-		}
+	s.mu.Lock() // tick takes mu first, so it sees s.watch set
+	defer s.mu.Unlock()
+	s.period = max(min(o.KeepAlive, o.StreamIdle)/4, 5*time.Millisecond)
+	s.cancel = cancel
+	s.watch = time.AfterFunc(s.period, s.tick)
+}
+
+// stopWatchdog ends the watchdog: once it returns, the watchdog writes
+// nothing and cancels nothing. It may be called more than once.
+func (s *streamer) stopWatchdog() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.watch.Stop()
+}
+
+// tick is one watchdog round (on the timer's goroutine).
+func (s *streamer) tick() {
+	o := s.x.r.opts
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
 	}
+	now := s.x.r.now().UnixNano()
+	if time.Duration(now-s.lastUpstream.Load()) >= o.StreamIdle {
+		s.cancel(errStreamIdle)
+		return
+	}
+	if time.Duration(now-s.lastWrite.Load()) >= o.KeepAlive && s.writeErr == nil {
+		if !s.committed {
+			s.commit()
+		}
+		if _, err := s.w.Write(openai.KeepAliveComment); err != nil {
+			s.writeErr = err
+		} else if err := s.rc.Flush(); err != nil {
+			s.writeErr = err
+		}
+		s.lastWrite.Store(now)
+	}
+	s.watch.Reset(s.period)
 }
