@@ -14,8 +14,8 @@ func TestNewOrderedIDSortsByTime(t *testing.T) {
 		// Several ids per microsecond, and steps across digit carries.
 		at := t0.Add(time.Duration(i/3) * time.Microsecond * 61)
 		id := NewOrderedID("hold_", at)
-		if len(id) != len("hold_")+19 || !strings.HasPrefix(id, "hold_") {
-			t.Fatalf("id %q: want hold_ and 19 characters", id)
+		if len(id) != len("hold_")+20 || !strings.HasPrefix(id, "hold_") {
+			t.Fatalf("id %q: want hold_ and 20 characters", id)
 		}
 		if seen[id] {
 			t.Fatalf("duplicate id %q", id)
@@ -25,7 +25,7 @@ func TestNewOrderedIDSortsByTime(t *testing.T) {
 			t.Fatalf("id %q made at %v sorts before %q made earlier", id, at, prev)
 		}
 		if i%3 == 0 {
-			prev = id[:len(id)-10] + "zzzzzzzzzz" // the largest id of this microsecond
+			prev = id[:len(id)-11] + "zzzzzzzzzzz" // the largest id of this microsecond
 		}
 	}
 	// Far dates keep the fixed width.

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,16 @@ type Store interface {
 	RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error)
 	// SweepHolds releases up to limit holds whose lease ended before now.
 	SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error)
+}
+
+// Committer is a Store that can report a batch committed before it is
+// durable (SQLite, which syncs its WAL itself: sqlite/walsync.go). The
+// worker then writes the next batch while the last one is being synced, and
+// a batch's callers are answered once durable() returns, never before.
+type Committer interface {
+	// ApplyBillingCommitted is ApplyBilling without the wait for
+	// durability: durable returns once the batch is on disk.
+	ApplyBillingCommitted(ctx context.Context, ops []*tollgate.BillingOp) (durable func(), err error)
 }
 
 // Options tune a Biller. The zero value is the default.
@@ -68,6 +79,9 @@ type Options struct {
 	// NoReserve turns reservations off: every hold and settle is a
 	// database operation (docs/billing.md, "Reservations").
 	NoReserve bool
+	// NoPipeline makes the worker wait for each batch to be durable before
+	// it writes the next, even with a Committer store.
+	NoPipeline bool
 	// ReserveMultiple is the first top-up of a reservation as a multiple of
 	// the recent hold size (default 32); it doubles, up to
 	// ReserveMaxMultiple (default 1024), while top-ups come within 250 ms.
@@ -160,13 +174,19 @@ type Stats struct {
 // Biller is the tollgate.Biller of a store. Build it with New, run Run in
 // the background (lease renewal and sweeping), Close it before the store.
 type Biller struct {
-	st    Store
-	opts  Options
-	log   *slog.Logger
-	queue chan *pending
-	quit  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	st        Store
+	opts      Options
+	log       *slog.Logger
+	qmu       sync.Mutex
+	q         []*pending    // operations waiting for a batch (under qmu)
+	closed    bool          // Close was called: no more operations (under qmu)
+	wake      chan struct{} // one pending wake-up for the workers
+	quit      chan struct{}
+	acks      chan ackJob // committed batches waiting to be durable (Committer, one worker)
+	ackWG     sync.WaitGroup
+	wg        sync.WaitGroup
+	once      sync.Once
+	closeAcks sync.Once
 
 	// live maps this instance's holds to their account and amount: a
 	// release is sent in account (lock) order, and a settle within the
@@ -206,7 +226,12 @@ var ErrClosed = errors.New("billing: closed")
 // New starts a Biller on st.
 func New(st Store, o Options) *Biller {
 	o.setDefaults()
-	b := &Biller{st: st, opts: o, log: o.Logger, queue: make(chan *pending), quit: make(chan struct{}), resvs: map[resvKey]*resv{}}
+	b := &Biller{st: st, opts: o, log: o.Logger, wake: make(chan struct{}, 1), quit: make(chan struct{}), resvs: map[resvKey]*resv{}}
+	if _, ok := st.(Committer); ok && o.Workers == 1 && !o.NoPipeline {
+		b.acks = make(chan ackJob, 64)
+		b.ackWG.Add(1)
+		go b.acker()
+	}
 	for range o.Workers {
 		b.wg.Add(1)
 		go b.worker()
@@ -223,8 +248,19 @@ func (b *Biller) Instance() string { return b.opts.Instance }
 func (b *Biller) Close() {
 	b.async.Wait()
 	b.ReturnReservations(context.Background(), 0)
-	b.once.Do(func() { close(b.quit) })
+	b.once.Do(func() {
+		b.qmu.Lock()
+		b.closed = true
+		b.qmu.Unlock()
+		close(b.quit)
+	})
 	b.wg.Wait()
+	b.closeAcks.Do(func() {
+		if b.acks != nil {
+			close(b.acks)
+		}
+	})
+	b.ackWG.Wait()
 }
 
 // Wait returns once every settle handed over so far is committed (or
@@ -251,14 +287,50 @@ func (b *Biller) Stats() Stats {
 func (b *Biller) do(op tollgate.BillingOp) (tollgate.BillingOp, error) {
 	p := &pending{op: op, done: make(chan struct{})}
 	start := time.Now()
-	select {
-	case b.queue <- p:
-	case <-b.quit:
+	if !b.enqueue(p) {
 		return op, ErrClosed
 	}
 	<-p.done
 	b.waiting.Add(int64(time.Since(start)))
 	return p.op, p.err
+}
+
+// enqueue adds p to the queue and wakes a worker; false after Close. The
+// queue is a slice under a mutex, not a channel a worker must receive from:
+// a caller never parks to hand its operation over, only to wait for the
+// commit, even while the worker is busy writing.
+func (b *Biller) enqueue(p *pending) bool {
+	b.qmu.Lock()
+	if b.closed {
+		b.qmu.Unlock()
+		return false
+	}
+	b.q = append(b.q, p)
+	b.qmu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+	return true
+}
+
+// take moves operations from the queue to batch, up to limit in all.
+func (b *Biller) take(batch []*pending, limit int) []*pending {
+	b.qmu.Lock()
+	n := min(limit-len(batch), len(b.q))
+	batch = append(batch, b.q[:n]...)
+	rest := copy(b.q, b.q[n:])
+	clear(b.q[rest:])
+	b.q = b.q[:rest]
+	b.qmu.Unlock()
+	if rest > 0 {
+		// More than this batch takes: make sure a worker comes back for it.
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+	return batch
 }
 
 // lingerGap: a batch that is waiting for more operations is committed when
@@ -272,54 +344,64 @@ func lingerGap(wait time.Duration) time.Duration { return wait / 4 }
 // batches and the writes they share larger under load (a commit and its
 // fsync cost as much as many charges' rows), but stops waiting as soon as
 // every request in flight is already in the batch (nothing else can come
-// soon) or arrivals pause for lingerGap. A lone client never waits.
+// soon) or arrivals pause (lingerGap). A lone client never waits. After
+// Close, the worker writes what is queued and returns.
 func (b *Biller) worker() {
 	defer b.wg.Done()
-	batch := make([]*pending, 0, b.opts.MaxBatch)
+	limit := b.opts.MaxBatch
+	batch := make([]*pending, 0, limit)
 	lastSize := 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	drain := func() {
-		for len(batch) < b.opts.MaxBatch {
-			select {
-			case p := <-b.queue:
-				batch = append(batch, p)
-			default:
+	for {
+		quitting := false
+		select {
+		case <-b.wake:
+		case <-b.quit:
+			quitting = true
+		}
+		batch = b.take(batch[:0], limit)
+		if len(batch) == 0 {
+			if quitting {
 				return
 			}
+			continue
 		}
-	}
-	for {
-		select {
-		case p := <-b.queue:
-			batch = append(batch[:0], p)
-			drain()
-			if lastSize > 1 && b.opts.BatchWait > 0 {
-				start := time.Now()
-				deadline := start.Add(b.opts.BatchWait)
-				timer.Reset(lingerGap(b.opts.BatchWait))
-			wait:
-				for len(batch) < b.opts.MaxBatch && b.open.Load() > 0 {
-					select {
-					case p := <-b.queue:
-						batch = append(batch, p)
-						drain()
-						left := time.Until(deadline)
-						if left <= 0 {
-							break wait
-						}
-						timer.Reset(min(lingerGap(b.opts.BatchWait), left))
-					case <-timer.C:
+		if !quitting && lastSize > 1 && b.opts.BatchWait > 0 && len(batch) < limit {
+			start := time.Now()
+			deadline := start.Add(b.opts.BatchWait)
+			timer.Reset(lingerGap(b.opts.BatchWait))
+		wait:
+			for len(batch) < limit && b.open.Load() > 0 {
+				select {
+				case <-b.wake:
+					n := len(batch)
+					batch = b.take(batch, limit)
+					if len(batch) == n {
+						continue // a stale wake-up: nothing arrived
+					}
+					left := time.Until(deadline)
+					if left <= 0 {
 						break wait
 					}
+					timer.Reset(min(lingerGap(b.opts.BatchWait), left))
+				case <-timer.C:
+					break wait
+				case <-b.quit:
+					break wait
 				}
-				timer.Stop()
-				b.lingering.Add(int64(time.Since(start)))
 			}
-			lastSize = len(batch)
-			b.apply(batch)
-		case <-b.quit:
-			return
+			timer.Stop()
+			b.lingering.Add(int64(time.Since(start)))
+		}
+		lastSize = len(batch)
+		b.apply(batch)
+		if quitting {
+			// Write everything that was queued before Close.
+			select {
+			case b.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -338,18 +420,59 @@ func (b *Biller) apply(batch []*pending) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if c, ok := b.st.(Committer); ok && b.acks != nil {
+		durable, err := c.ApplyBillingCommitted(ctx, ops)
+		if err == nil {
+			// The next batch may be written while this one's commit is
+			// being made durable; its callers are answered after that.
+			b.acks <- ackJob{batch: slices.Clone(batch), durable: durable}
+			return
+		}
+		// Nothing was applied: fall through to the one-by-one retry.
+		if len(batch) == 1 {
+			batch[0].err = err
+			close(batch[0].done)
+			return
+		}
+		b.retryAlone(ctx, batch, ops, err)
+		return
+	}
 	err := b.st.ApplyBilling(ctx, ops)
 	if err != nil && len(batch) > 1 {
-		b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
-		for i, p := range batch {
-			p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
-			close(p.done)
-		}
+		b.retryAlone(ctx, batch, ops, err)
 		return
 	}
 	for _, p := range batch {
 		p.err = err
 		close(p.done)
+	}
+}
+
+// retryAlone applies the operations of a failed batch one by one, so that
+// only a bad one fails, and answers each caller.
+func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollgate.BillingOp, err error) {
+	b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
+	for i, p := range batch {
+		p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
+		close(p.done)
+	}
+}
+
+// ackJob is a committed batch whose callers are answered once it is durable.
+type ackJob struct {
+	batch   []*pending
+	durable func()
+}
+
+// acker answers the callers of committed batches, in order, once each is
+// durable (Committer).
+func (b *Biller) acker() {
+	defer b.ackWG.Done()
+	for job := range b.acks {
+		job.durable()
+		for _, p := range job.batch {
+			close(p.done)
+		}
 	}
 }
 

@@ -262,3 +262,89 @@ func TestBillerReservationIdleAndClose(t *testing.T) {
 		t.Errorf("after Close with one hold in flight: held %s, want 0.01", bal.Held)
 	}
 }
+
+// gatedStore is a billing.Committer over a real store whose batches become
+// durable only when the test says so.
+type gatedStore struct {
+	*sqlite.DB
+	mu        sync.Mutex
+	committed int           // batches committed
+	gates     []chan bool   // one per batch: closed = durable
+	calls     chan struct{} // a batch was committed
+}
+
+func (g *gatedStore) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.BillingOp) (func(), error) {
+	durable, err := g.DB.ApplyBillingCommitted(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	gate := make(chan bool)
+	g.mu.Lock()
+	g.committed++
+	g.gates = append(g.gates, gate)
+	g.mu.Unlock()
+	g.calls <- struct{}{}
+	return func() { <-gate; durable() }, nil
+}
+
+// TestCommittedBatchesAnswerOnlyWhenDurable: with a Committer store, a
+// caller is answered only once its batch is durable, and the next batch is
+// written meanwhile.
+func TestCommittedBatchesAnswerOnlyWhenDurable(t *testing.T) {
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := &gatedStore{DB: db, calls: make(chan struct{}, 16)}
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "g", Balance: tollgate.Dollars(10), Created: time.Now()}
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Prefix: "sk-tg-gggg", Created: time.Now()}
+	if err := db.CreateAccount(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateKey(context.Background(), k, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
+		t.Fatal(err)
+	}
+	b := billing.New(g, billing.Options{NoReserve: true, BatchWait: -1})
+	defer b.Close()
+
+	type result struct {
+		id  string
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { id, err := hold(t, b, a, k, tollgate.MustParseAmount("1")); first <- result{id, err} }()
+	<-g.calls // the first batch is committed, not yet durable
+	go func() { id, err := hold(t, b, a, k, tollgate.MustParseAmount("2")); second <- result{id, err} }()
+	select {
+	case <-g.calls: // the worker wrote the second batch while the first waits
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second batch was not written while the first waited to be durable")
+	}
+	select {
+	case r := <-first:
+		t.Fatalf("the first hold returned (%v) before its batch was durable", r)
+	case r := <-second:
+		t.Fatalf("the second hold returned (%v) before its batch was durable", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.mu.Lock()
+	gates := g.gates
+	g.mu.Unlock()
+	close(gates[0])
+	if r := <-first; r.err != nil || r.id == "" {
+		t.Fatalf("first hold after durable: %+v", r)
+	}
+	select {
+	case r := <-second:
+		t.Fatalf("the second hold returned (%v) before its batch was durable", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gates[1])
+	if r := <-second; r.err != nil || r.id == "" {
+		t.Fatalf("second hold after durable: %+v", r)
+	}
+	if bal, _ := db.Balance(context.Background(), a.ID); bal.Held != tollgate.MustParseAmount("3") {
+		t.Errorf("held = %s, want 3", bal.Held)
+	}
+}

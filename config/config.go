@@ -114,6 +114,10 @@ type Billing struct {
 	// BatchWait is the longest a batch waits for more operations under
 	// concurrency (group commit; docs/billing.md). Default 2ms; "off": none.
 	BatchWait Duration `yaml:"batch_wait"`
+	// NoPipeline: with SQLite, write a batch only once the previous one is
+	// durable (default false: the next batch is written while the last is
+	// being synced; docs/billing.md).
+	NoPipeline bool `yaml:"no_pipeline"`
 	// AsyncSettle sends the response before its charge is committed when
 	// the hold covers the cost (default false: every response waits for
 	// its charge; docs/billing.md, "Asynchronous settles").

@@ -296,8 +296,9 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		return cost
 	}
 	x.settled = true
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// Not the request's context: the client may be gone, and the charge
+	// must still be written (the Biller sees every operation through).
+	ctx := context.Background()
 	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
 		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
 			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
@@ -331,9 +332,7 @@ func (x *exchange) releaseUnsettled() {
 		return
 	}
 	x.settled = true
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := x.r.biller.Release(ctx, x.holdID); err != nil {
+	if err := x.r.biller.Release(context.Background(), x.holdID); err != nil {
 		x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
 	}
 }

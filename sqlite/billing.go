@@ -93,22 +93,34 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 // key and reservation updates are summed per reservation and written once
 // per run of consecutive charges (docs/billing.md, "Reservations").
 func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
-	err := db.applyBilling(ctx, ops, true)
+	durable, err := db.ApplyBillingCommitted(ctx, ops)
+	if err != nil {
+		return err
+	}
+	durable()
+	return nil
+}
+
+// ApplyBillingCommitted is ApplyBilling without the wait for durability
+// (billing.Committer): the batch is committed when it returns, and durable
+// returns once it is on disk. The caller answers no one before that.
+func (db *DB) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.BillingOp) (durable func(), err error) {
+	durable, err = db.applyBilling(ctx, ops, true)
 	if errors.Is(err, errReservationGone) {
 		// A reservation was swept: apply the batch again charge by charge,
 		// which charges those from the free balance alone.
-		err = db.applyBilling(ctx, ops, false)
+		durable, err = db.applyBilling(ctx, ops, false)
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
+		return nil, fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
 	}
-	return nil
+	return durable, nil
 }
 
 var errReservationGone = errors.New("a reservation is gone")
 
-func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum bool) error {
-	return db.write(ctx, func(tx *sql.Tx) error {
+func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum bool) (func(), error) {
+	return db.writeCommitted(ctx, func(tx *sql.Tx) error {
 		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
 		for _, op := range ops {
 			var err error

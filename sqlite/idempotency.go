@@ -240,7 +240,7 @@ const purgeBatch = 1000
 func (db *DB) PurgeIdempotency(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
-		res, err := db.w.ExecContext(ctx,
+		res, err := db.execDurable(ctx,
 			`DELETE FROM idempotency_keys WHERE rowid IN
 			   (SELECT rowid FROM idempotency_keys WHERE expires < ? LIMIT ?)`, toMicros(before), purgeBatch)
 		if err != nil {

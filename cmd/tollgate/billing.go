@@ -38,6 +38,7 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 		MaxAge:      max(cfg.Timeouts.StreamTotal.D(), cfg.Timeouts.NonStream.D()) + time.Minute,
 		MaxBatch:    cfg.Billing.MaxBatch,
 		BatchWait:   cfg.Billing.BatchWait.D(),
+		NoPipeline:  cfg.Billing.NoPipeline,
 		Workers:     workers,
 		AsyncSettle: cfg.Billing.AsyncSettle,
 		Logger:      log,

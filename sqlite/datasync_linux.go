@@ -1,0 +1,18 @@
+package sqlite
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// datasync flushes f's data (and the metadata needed to read it back, such
+// as its size) to disk: fdatasync(2).
+func datasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package sqlite
+
+import "os"
+
+// datasync flushes f to disk; without fdatasync(2) that is os.File.Sync
+// (fsync, F_FULLFSYNC on macOS).
+func datasync(f *os.File) error { return f.Sync() }
