@@ -466,12 +466,37 @@ type ackJob struct {
 
 // acker answers the callers of committed batches, in order, once each is
 // durable (Committer).
+//
+// A sync costs far more than a commit (on the VM measured here, hundreds of
+// µs of CPU against about 100), so under load the acker lets the next batch
+// join: while requests are in flight it waits up to BatchWait for one more
+// committed batch, then one sync covers both (the later durable() returns at
+// once). A lone client's batch is synced at once.
 func (b *Biller) acker() {
 	defer b.ackWG.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var jobs []ackJob
 	for job := range b.acks {
-		job.durable()
-		for _, p := range job.batch {
-			close(p.done)
+		jobs = append(jobs[:0], job)
+		if b.opts.BatchWait > 0 && b.open.Load() > 0 {
+			timer.Reset(b.opts.BatchWait)
+			select {
+			case next, ok := <-b.acks:
+				if ok {
+					jobs = append(jobs, next)
+				}
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		// The last job's commit is the latest: its durable() syncs all.
+		jobs[len(jobs)-1].durable()
+		for _, j := range jobs {
+			j.durable() // returns at once: already covered
+			for _, p := range j.batch {
+				close(p.done)
+			}
 		}
 	}
 }

@@ -172,7 +172,11 @@ func (db *DB) Close() error {
 	if db.r != nil {
 		errR = db.r.Close()
 	}
-	return errors.Join(db.w.Close(), errR)
+	errW := db.w.Close()
+	if db.wal != nil {
+		db.wal.close()
+	}
+	return errors.Join(errW, errR)
 }
 
 // readMigrations reads the embedded files, migrations/NNNN_name.sql.

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -77,3 +78,37 @@ func TestWritesAreSynced(t *testing.T) {
 
 // The billing worker pipelines SQLite's syncs through this interface.
 var _ billing.Committer = (*DB)(nil)
+
+// TestWALSyncFollowsARecreatedFile: the kept -wal descriptor is checked
+// against the path, so a WAL that SQLite deleted and recreated is the one
+// synced; a missing WAL has nothing to sync.
+func TestWALSyncFollowsARecreatedFile(t *testing.T) {
+	dir := t.TempDir()
+	w := newWALSync(filepath.Join(dir, "x.db"))
+	defer w.close()
+	if err := w.sync(); err != nil || w.f != nil {
+		t.Fatalf("no WAL yet: %v, file %v", err, w.f)
+	}
+	if err := os.WriteFile(w.path, []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.sync(); err != nil || w.f == nil {
+		t.Fatalf("first sync: %v, file %v", err, w.f)
+	}
+	old := w.f
+	if err := os.Remove(w.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.path, []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.checked = time.Now().Add(-2 * time.Second)
+	if err := w.sync(); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := w.f.Stat()
+	pi, _ := os.Stat(w.path)
+	if w.f == old || !os.SameFile(fi, pi) {
+		t.Error("the sync kept the deleted WAL's descriptor")
+	}
+}
