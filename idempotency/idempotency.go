@@ -118,19 +118,20 @@ const (
 )
 
 // Serve runs run at most once per key, or answers without running it. A
-// streamed request runs as if it had no key. run writes a successful
+// streamed request runs as if it had no key (Streamed). run writes a successful
 // response to the writer it is given and returns an error (written by the
 // caller) otherwise; Serve stores a 2xx response and releases the key after
 // anything else, a panic included. The returned error is run's, or a
 // *tollgate.Error for 400, 409 and 422, or a store failure.
 func (k *Keeper) Serve(ctx context.Context, w http.ResponseWriter, req Request, run func(http.ResponseWriter) error) (Outcome, error) {
-	if err := ValidKey(req.Key); err != nil {
-		return Refused, err
-	}
 	model, stream := inspect(req.Body)
 	if stream {
-		// A stream cannot be replayed: the header is ignored (documented).
+		// A stream cannot be replayed: the header is ignored (documented),
+		// whatever its value.
 		return Ran, run(w)
+	}
+	if err := ValidKey(req.Key); err != nil {
+		return Refused, err
 	}
 	owner := req.ID
 	if owner == "" {
@@ -343,4 +344,12 @@ func (k *Keeper) RunPurge(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// Streamed reports whether body asks for a stream ("stream": true at its top
+// level): such a request ignores Idempotency-Key, however many it carries
+// and whatever their values.
+func Streamed(body []byte) bool {
+	_, stream := inspect(body)
+	return stream
 }

@@ -303,11 +303,15 @@ func TestLeaseRenewedWhileRunning(t *testing.T) {
 func TestStreamIgnoresTheKey(t *testing.T) {
 	f := newFixture(t, openStore(t), idempotency.Options{})
 	stream := `{"model":"m","stream":true,"messages":[]}`
-	for i := range 3 {
-		_, out, err := f.serve("k", stream, "req", f.answer("data: x\n\n"))
+	// Whatever the key holds, even what a non-streamed request would be refused for.
+	for i, k := range []string{"k", "k", "", strings.Repeat("a", 256)} {
+		_, out, err := f.serve(k, stream, "req", f.answer("data: x\n\n"))
 		if err != nil || out != idempotency.Ran || f.runCount() != i+1 {
-			t.Fatalf("stream %d: %v %v, runs %d", i, out, err, f.runCount())
+			t.Fatalf("stream %d (key %q): %v %v, runs %d", i, k, out, err, f.runCount())
 		}
+	}
+	if !idempotency.Streamed([]byte(stream)) || idempotency.Streamed([]byte(body)) {
+		t.Error("Streamed does not tell a stream from a non-streamed body")
 	}
 }
 

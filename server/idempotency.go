@@ -18,6 +18,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, call *relay.C
 		return s.Relay.ServeChat(w, r, call)
 	}
 	if len(values) != 1 {
+		if idempotency.Streamed(call.Body) {
+			return s.Relay.ServeChat(w, r, call) // streams ignore the header
+		}
 		return tollgate.Errorf(tollgate.CodeInvalidIdempotencyKey, "send one Idempotency-Key header, not %d", len(values))
 	}
 	out, err := s.Idempotency.Serve(r.Context(), w,

@@ -237,8 +237,22 @@ func TestIdempotencyReusedAndInvalid(t *testing.T) {
 	if code, _, body := h.do(req); code != http.StatusBadRequest || !strings.Contains(string(body), "invalid_idempotency_key") {
 		t.Errorf("two headers: %d %s, want 400", code, body)
 	}
-	if got := sim.Stats().Requests - before; got != 2 { // the other account, the 255-byte key
-		t.Errorf("the simulator saw %d calls, want 2", got)
+	// A stream ignores the header, whatever it holds: two of them, or a
+	// value that would be refused on a non-streamed request.
+	streamBody := strings.Replace(idemBody, "{", `{"stream":true,`, 1)
+	for _, keys := range [][]string{{"a", "b"}, {strings.Repeat("k", 256)}} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(streamBody))
+		req.Header.Set("Authorization", "Bearer "+h.key)
+		req.Header.Set("Content-Type", "application/json")
+		for _, k := range keys {
+			req.Header.Add("Idempotency-Key", k)
+		}
+		if code, _, body := h.do(req); code != http.StatusOK || !strings.Contains(string(body), "data: [DONE]") {
+			t.Errorf("stream with Idempotency-Key %q: %d %s, want the stream", keys, code, body)
+		}
+	}
+	if got := sim.Stats().Requests - before; got != 4 { // the other account, the 255-byte key, two streams
+		t.Errorf("the simulator saw %d calls, want 4", got)
 	}
 }
 
