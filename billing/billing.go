@@ -197,6 +197,8 @@ type Biller struct {
 	// open counts the holds placed and not yet handed back for a settle or
 	// release: the requests in flight whose charge may join the next batch.
 	open atomic.Int64
+	// batching: the worker holds a batch (gathering or writing it).
+	batching atomic.Bool
 
 	holds, refused, settled, released, uncollected, uncollectedAmt, swept, batches atomic.Int64
 	ops, writing, lingering, waiting                                               atomic.Int64
@@ -212,6 +214,9 @@ type liveHold struct {
 	account string
 	amount  tollgate.Amount
 	mem     *memHold // placed in memory against a reservation; nil: a holds row
+	// open: counted in Biller.open (a request in flight). A hold put back
+	// after a failed settle is not: nothing may come for it.
+	open bool
 }
 
 type pending struct {
@@ -367,6 +372,7 @@ func (b *Biller) worker() {
 			}
 			continue
 		}
+		b.batching.Store(true)
 		if !quitting && lastSize > 1 && b.opts.BatchWait > 0 && len(batch) < limit {
 			start := time.Now()
 			deadline := start.Add(b.opts.BatchWait)
@@ -396,6 +402,7 @@ func (b *Biller) worker() {
 		}
 		lastSize = len(batch)
 		b.apply(batch)
+		b.batching.Store(false)
 		if quitting {
 			// Write everything that was queued before Close.
 			select {
@@ -425,6 +432,8 @@ func (b *Biller) apply(batch []*pending) {
 		if err == nil {
 			// The next batch may be written while this one's commit is
 			// being made durable; its callers are answered after that.
+			// This batch is written: the acker must not wait for it.
+			b.batching.Store(false)
 			b.acks <- ackJob{batch: slices.Clone(batch), durable: durable}
 			return
 		}
@@ -458,6 +467,17 @@ func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollga
 	}
 }
 
+// batchComing reports whether a batch is being gathered or written, or
+// operations wait for one.
+func (b *Biller) batchComing() bool {
+	if b.batching.Load() {
+		return true
+	}
+	b.qmu.Lock()
+	defer b.qmu.Unlock()
+	return len(b.q) > 0
+}
+
 // ackJob is a committed batch whose callers are answered once it is durable.
 type ackJob struct {
 	batch   []*pending
@@ -469,9 +489,10 @@ type ackJob struct {
 //
 // A sync costs far more than a commit (on the VM measured here, hundreds of
 // µs of CPU against about 100), so under load the acker lets the next batch
-// join: while requests are in flight it waits up to BatchWait for one more
-// committed batch, then one sync covers both (the later durable() returns at
-// once). A lone client's batch is synced at once.
+// join: when another batch is on its way (the worker holds one, or
+// operations are queued) it waits up to BatchWait for it, then one sync
+// covers both (the later durable() returns at once). Otherwise — a lone
+// client, however many long streams are open — the batch is synced at once.
 func (b *Biller) acker() {
 	defer b.ackWG.Done()
 	timer := time.NewTimer(time.Hour)
@@ -479,7 +500,7 @@ func (b *Biller) acker() {
 	var jobs []ackJob
 	for job := range b.acks {
 		jobs = append(jobs[:0], job)
-		if b.opts.BatchWait > 0 && b.open.Load() > 0 {
+		if b.opts.BatchWait > 0 && b.batchComing() {
 			timer.Reset(b.opts.BatchWait)
 			select {
 			case next, ok := <-b.acks:
@@ -537,7 +558,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	case tollgate.HoldOK:
 		b.holds.Add(1)
 		b.open.Add(1)
-		b.live.Store(h.ID, liveHold{account: h.AccountID, amount: h.Amount})
+		b.live.Store(h.ID, liveHold{account: h.AccountID, amount: h.Amount, open: true})
 		return h.ID, nil
 	case tollgate.HoldInsufficient:
 		b.refused.Add(1)
@@ -575,7 +596,7 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		c.Time = b.opts.Now()
 	}
 	lh, ok := b.live.LoadAndDelete(holdID)
-	if ok {
+	if ok && lh.(liveHold).open {
 		b.open.Add(-1)
 	}
 	if ok && lh.(liveHold).mem != nil {
@@ -621,7 +642,9 @@ func (b *Biller) settle(holdID string, c tollgate.Charge) (tollgate.Amount, erro
 func (b *Biller) Release(ctx context.Context, holdID string) error {
 	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
 	if lh, ok := b.live.LoadAndDelete(holdID); ok {
-		b.open.Add(-1)
+		if lh.(liveHold).open {
+			b.open.Add(-1)
+		}
 		if m := lh.(liveHold).mem; m != nil {
 			b.releaseReserved(m)
 			return nil

@@ -348,3 +348,27 @@ func TestCommittedBatchesAnswerOnlyWhenDurable(t *testing.T) {
 		t.Errorf("held = %s, want 3", bal.Held)
 	}
 }
+
+// TestLoneClientDoesNotWaitForCompany: a client whose operations come one at
+// a time is never held back to share a commit or a sync, even while other
+// requests (long streams) hold money. The wait is set far above what the
+// operations take, so that one wait would show.
+func TestLoneClientDoesNotWaitForCompany(t *testing.T) {
+	_, b, a, k := setup(t, billing.Options{NoReserve: true, BatchWait: 2 * time.Second}, tollgate.Dollars(10))
+	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("1")); err != nil { // a stream that stays open
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range 5 {
+		id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 2s)", d)
+	}
+}

@@ -101,7 +101,7 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 			r.inflight += h.Amount
 			r.mu.Unlock()
 			id := tollgate.NewOrderedID("hold_", now)
-			b.live.Store(id, liveHold{account: h.AccountID, amount: h.Amount, mem: &memHold{r: r, amount: h.Amount}})
+			b.live.Store(id, liveHold{account: h.AccountID, amount: h.Amount, mem: &memHold{r: r, amount: h.Amount}, open: true})
 			return id, true, nil
 		}
 		// Top up: a multiple of the recent hold size, grown when top-ups
@@ -220,7 +220,6 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 			// retried settle charges it.
 			r.inflight += m.amount
 			b.live.Store(holdID, liveHold{account: r.account, amount: m.amount, mem: m})
-			b.open.Add(1)
 		case op.Gone:
 			b.detachLocked(r)
 		case !op.Replayed:

@@ -16,3 +16,14 @@ func datasync(f *os.File) error {
 		}
 	}
 }
+
+// syncDir fsyncs a directory, so that a file created in it is found after a
+// power loss.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -2,8 +2,10 @@ package sqlite
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +28,11 @@ import (
 //
 // If fdatasync fails, what the kernel kept of the file is unknown; the
 // process stops (like PostgreSQL's data_sync_retry=off) rather than go on
-// acknowledging writes that may be lost. A restart recovers from the WAL.
+// acknowledging writes that may be lost, and nothing is acknowledged after
+// the failure. A restart recovers from the WAL.
+//
+// Readers may see a commit before its sync returns (with SQLite's FULL
+// they could not); nothing is acknowledged to its writer before then.
 type walSync struct {
 	path    string
 	f       *os.File  // the -wal file, opened at the first sync (owned by the syncing goroutine)
@@ -37,6 +43,8 @@ type walSync struct {
 	committed uint64 // commits finished
 	synced    uint64 // commits known to be on disk
 	syncing   bool
+	failed    error // a sync failed: nothing is acknowledged any more
+	closed    bool  // the store is closed: no file is opened again
 
 	syncs atomic.Int64 // fdatasync calls, for tests and benchmarks
 }
@@ -61,6 +69,10 @@ func (w *walSync) wait(seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.synced < seq {
+		if w.failed != nil {
+			syncFailed(w.path, w.failed)
+			return
+		}
 		if w.syncing {
 			w.cond.Wait()
 			continue
@@ -73,12 +85,26 @@ func (w *walSync) wait(seq uint64) {
 		w.mu.Lock()
 		w.syncing = false
 		if err != nil {
+			// Never acknowledge anything again: Linux reports a writeback
+			// error to one fdatasync only, so a second attempt could
+			// "succeed" over lost pages. The process stops (a panic
+			// could be recovered by an HTTP handler and leave it running).
+			w.failed = err
+		}
+		if w.failed != nil {
 			w.cond.Broadcast()
-			panic("sqlite: fdatasync of " + w.path + " failed; committed writes may not be on disk, so tollgate stops (a restart recovers from the WAL): " + err.Error())
+			syncFailed(w.path, w.failed)
+			return // only when syncFailed is replaced, in tests
 		}
 		w.synced = max(w.synced, target)
 		w.cond.Broadcast()
 	}
+}
+
+// syncFailed ends the process after a failed WAL sync. Tests replace it.
+var syncFailed = func(path string, err error) {
+	fmt.Fprintf(os.Stderr, "tollgate: fdatasync of %s failed: %v; committed writes may not be on disk, so tollgate stops (a restart recovers from the WAL)\n", path, err)
+	os.Exit(70) // EX_SOFTWARE
 }
 
 // done syncs after a commit: commit then wait.
@@ -107,11 +133,23 @@ func (w *walSync) sync() error {
 		}
 	}
 	if w.f == nil {
-		f, err := os.OpenFile(w.path, os.O_RDONLY, 0)
+		if w.isClosed() {
+			return nil
+		}
+		// Read-write: FlushFileBuffers (Windows) needs write access; nothing
+		// is ever written through this descriptor.
+		f, err := os.OpenFile(w.path, os.O_RDWR, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		// A new -wal file (each start of the store makes one) must also
+		// be findable after a power loss: sync its directory entry, as
+		// SQLite's FULL does on a new WAL's first sync.
+		if err := syncDir(filepath.Dir(w.path)); err != nil {
+			f.Close()
 			return err
 		}
 		w.f, w.checked = f, now
@@ -119,10 +157,17 @@ func (w *walSync) sync() error {
 	return datasync(w.f)
 }
 
-// close releases the open -wal file.
+func (w *walSync) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// close releases the open -wal file; later syncs open none.
 func (w *walSync) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.closed = true
 	for w.syncing {
 		w.cond.Wait()
 	}

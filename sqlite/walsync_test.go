@@ -112,3 +112,32 @@ func TestWALSyncFollowsARecreatedFile(t *testing.T) {
 		t.Error("the sync kept the deleted WAL's descriptor")
 	}
 }
+
+// TestWALSyncFailureIsSticky: after a failed sync nothing is acknowledged
+// again, even when a later sync would succeed (Linux reports a writeback
+// error once), and the process is told to stop each time.
+func TestWALSyncFailureIsSticky(t *testing.T) {
+	var stops int
+	orig := syncFailed
+	syncFailed = func(string, error) { stops++ }
+	defer func() { syncFailed = orig }()
+	w := newWALSync(filepath.Join(t.TempDir(), "x.db"))
+	defer w.close()
+	if err := os.Mkdir(w.path, 0o755); err != nil { // a -wal that cannot be opened for writing
+		t.Fatal(err)
+	}
+	w.done()
+	if stops != 1 || w.synced != 0 {
+		t.Fatalf("after a failed sync: %d stops, %d synced", stops, w.synced)
+	}
+	if err := os.Remove(w.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.path, []byte("wal"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.done()
+	if stops != 2 || w.synced != 0 {
+		t.Errorf("a sync after the failure: %d stops, %d synced; want 2 and nothing acknowledged", stops, w.synced)
+	}
+}

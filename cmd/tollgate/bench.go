@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -60,14 +59,6 @@ type target struct{ name, url, model, key string }
 type procUsage struct {
 	cpu    time.Duration
 	sleeps int64
-}
-
-func readUsage() procUsage {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return procUsage{}
-	}
-	return procUsage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), sleeps: ru.Nvcsw}
 }
 
 func (u procUsage) sub(v procUsage) procUsage {
