@@ -287,6 +287,9 @@ type exchange struct {
 	promptEstimate int64
 	holdID         string
 	settled        bool
+	// nodeMu guards writes of node (send's retry after a refused
+	// connection) against setServedHeaders on the stream watchdog's timer.
+	nodeMu sync.Mutex
 }
 
 // settle charges the request (or releases the hold when it cost nothing) and
@@ -380,7 +383,9 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
 				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node); n != nil {
 					x.node.release()
+					x.nodeMu.Lock()
 					x.node = n
+					x.nodeMu.Unlock()
 					continue
 				}
 			}
@@ -403,8 +408,11 @@ func (x *exchange) noteServed() {
 }
 
 func (x *exchange) setServedHeaders(h http.Header) {
+	x.nodeMu.Lock() // the stream watchdog may commit headers while send retries on another node
+	name := x.node.Name
+	x.nodeMu.Unlock()
 	h.Set("X-Tollgate-Backend", string(x.backend.Class))
-	h.Set("X-Tollgate-Node", x.node.Name)
+	h.Set("X-Tollgate-Node", name)
 }
 
 // classifyStatus turns an upstream non-2xx answer into the client's error and
