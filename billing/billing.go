@@ -191,7 +191,7 @@ type Biller struct {
 	// live maps this instance's holds to their account and amount: a
 	// release is sent in account (lock) order, and a settle within the
 	// hold's amount knows its charge before it is written.
-	live sync.Map // hold id -> liveHold
+	live liveHolds
 	// async counts settles handed to the batcher but not yet committed.
 	async sync.WaitGroup
 	// open counts the holds placed and not yet handed back for a settle or
@@ -232,6 +232,7 @@ var ErrClosed = errors.New("billing: closed")
 func New(st Store, o Options) *Biller {
 	o.setDefaults()
 	b := &Biller{st: st, opts: o, log: o.Logger, wake: make(chan struct{}, 1), quit: make(chan struct{}), resvs: map[resvKey]*resv{}}
+	b.live.init()
 	if _, ok := st.(Committer); ok && o.Workers == 1 && !o.NoPipeline {
 		b.acks = make(chan ackJob, 64)
 		b.ackWG.Add(1)
@@ -596,13 +597,13 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		c.Time = b.opts.Now()
 	}
 	lh, ok := b.live.LoadAndDelete(holdID)
-	if ok && lh.(liveHold).open {
+	if ok && lh.open {
 		b.open.Add(-1)
 	}
-	if ok && lh.(liveHold).mem != nil {
-		return b.chargeReserved(holdID, lh.(liveHold).mem, c)
+	if ok && lh.mem != nil {
+		return b.chargeReserved(holdID, lh.mem, c)
 	}
-	if ok && b.opts.AsyncSettle && c.Cost <= lh.(liveHold).amount {
+	if ok && b.opts.AsyncSettle && c.Cost <= lh.amount {
 		// The hold covers the cost, so the charge is the cost whatever else
 		// happens on the account (balance − held ≥ 0 always): it is known
 		// now and written with the next batch.
@@ -642,14 +643,14 @@ func (b *Biller) settle(holdID string, c tollgate.Charge) (tollgate.Amount, erro
 func (b *Biller) Release(ctx context.Context, holdID string) error {
 	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
 	if lh, ok := b.live.LoadAndDelete(holdID); ok {
-		if lh.(liveHold).open {
+		if lh.open {
 			b.open.Add(-1)
 		}
-		if m := lh.(liveHold).mem; m != nil {
+		if m := lh.mem; m != nil {
 			b.releaseReserved(m)
 			return nil
 		}
-		op.Hold.AccountID = lh.(liveHold).account
+		op.Hold.AccountID = lh.account
 	}
 	op, err := b.do(op)
 	if err != nil {

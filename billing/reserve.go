@@ -100,7 +100,7 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 		if r.avail() >= h.Amount {
 			r.inflight += h.Amount
 			r.mu.Unlock()
-			id := tollgate.NewOrderedID("hold_", now)
+			id := h.ID // made by Hold, in time order
 			b.live.Store(id, liveHold{account: h.AccountID, amount: h.Amount, mem: &memHold{r: r, amount: h.Amount}, open: true})
 			return id, true, nil
 		}
