@@ -124,10 +124,20 @@ func open(ctx context.Context, d driver, path string) (*DB, error) {
 	w.SetConnMaxIdleTime(0)
 	db := &DB{path: path, w: w, wal: wal}
 	// The writer connection is opened first so that WAL mode is set (it is
-	// persistent in the file) before any reader connects.
-	if err := w.PingContext(ctx); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	// persistent in the file) before any reader connects. Switching a new
+	// file to WAL needs an exclusive lock that SQLite does not wait for: a
+	// process opening the file while another sets it up gets SQLITE_BUSY at
+	// once, so the connection is retried for up to the busy timeout.
+	for start := time.Now(); ; {
+		err := w.PingContext(ctx)
+		if err == nil {
+			break
+		}
+		if !isBusy(err) || time.Since(start) > busyTimeout || ctx.Err() != nil {
+			w.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	r, err := sql.Open(d.name, path+"?"+common+"&_query_only=1")
 	if err != nil {
@@ -348,6 +358,11 @@ func conflict(what string, err error) error {
 // isConstraint reports a UNIQUE or PRIMARY KEY violation (both drivers say so in the message).
 func isUnique(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// isBusy: SQLite gave up on a lock (SQLITE_BUSY, "database is locked").
+func isBusy(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
 
 func isForeignKey(err error) bool {
