@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +75,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		resp.Body.Close()
 	default:
 		defer resp.Body.Close()
-		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		if !isEventStream(resp.Header.Get("Content-Type")) {
 			// A server that answers a stream with one JSON body is reporting an error.
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
@@ -302,4 +302,17 @@ func (s *streamer) tick() {
 		s.lastWrite.Store(now)
 	}
 	s.watch.Reset(s.period)
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream, with or
+// without parameters, in any case (a cheaper mime.ParseMediaType for the one
+// answer every stream checks).
+func isEventStream(ct string) bool {
+	const want = "text/event-stream"
+	ct = strings.TrimLeft(ct, " \t")
+	if len(ct) < len(want) || !strings.EqualFold(ct[:len(want)], want) {
+		return false
+	}
+	rest := strings.TrimLeft(ct[len(want):], " \t")
+	return rest == "" || rest[0] == ';'
 }
