@@ -152,6 +152,21 @@ func TestOffOnlyForHealthInterval(t *testing.T) {
 	}
 }
 
+func TestBillingBatchWait(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	c, err := Parse([]byte(minimal), ".", e)
+	if err != nil || c.Billing.BatchWait.D() != 2*time.Millisecond || c.Billing.NoPipeline {
+		t.Fatalf("defaults: batch_wait %v, no_pipeline %t, %v", c.Billing.BatchWait.D(), c.Billing.NoPipeline, err)
+	}
+	c, err = Parse([]byte(minimal+"billing: {batch_wait: \"off\", no_pipeline: true}\n"), ".", e)
+	if err != nil || c.Billing.BatchWait != Off || !c.Billing.NoPipeline {
+		t.Fatalf("batch_wait off: %v %v", c.Billing.BatchWait, err)
+	}
+	if _, err := Parse([]byte(minimal+"billing: {batch_wait: 150ms}\n"), ".", e); err == nil || !strings.Contains(err.Error(), "billing.batch_wait") {
+		t.Fatalf("batch_wait 150ms: %v, want an error naming billing.batch_wait", err)
+	}
+}
+
 func TestExampleConfigIsValid(t *testing.T) {
 	b, err := os.ReadFile("../tollgate.example.yaml")
 	if err != nil {
