@@ -224,18 +224,7 @@ models:
 					var first time.Duration
 					ok := err == nil && resp.StatusCode == 200
 					if err == nil {
-						if stream {
-							sc := bufio.NewScanner(resp.Body)
-							sc.Buffer(buf, len(buf))
-							for sc.Scan() {
-								line := sc.Bytes()
-								if first == 0 && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
-									first = time.Since(start)
-								}
-							}
-						} else {
-							_, _ = io.Copy(io.Discard, resp.Body)
-						}
+						first = readAnswer(resp.Body, stream, start, buf)
 						resp.Body.Close()
 					}
 					if !measuring.Load() {
@@ -302,16 +291,7 @@ models:
 			var first time.Duration
 			ok := err == nil && resp.StatusCode == 200
 			if err == nil {
-				if stream {
-					sc := bufio.NewScanner(resp.Body)
-					for sc.Scan() {
-						if line := sc.Bytes(); first == 0 && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
-							first = time.Since(start)
-						}
-					}
-				} else {
-					_, _ = io.Copy(io.Discard, resp.Body)
-				}
+				first = readAnswer(resp.Body, stream, start, nil)
 				resp.Body.Close()
 			}
 			if !measure {
@@ -477,6 +457,27 @@ models:
 	return nil
 }
 
+// readAnswer reads an answer to its end and returns, for a stream, how long
+// after start its first chunk with content arrived (0 otherwise). buf, when
+// given, is the line buffer.
+func readAnswer(body io.Reader, stream bool, start time.Time, buf []byte) time.Duration {
+	if !stream {
+		_, _ = io.Copy(io.Discard, body)
+		return 0
+	}
+	var first time.Duration
+	sc := bufio.NewScanner(body)
+	if buf != nil {
+		sc.Buffer(buf, len(buf))
+	}
+	for sc.Scan() {
+		if line := sc.Bytes(); first == 0 && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
+			first = time.Since(start)
+		}
+	}
+	return first
+}
+
 // pairedResult is a paired phase: the three targets measured in turn by the
 // same client, request by request, so that every target sees the machine in
 // the same state; "added" is the median of the per-round differences.
@@ -511,16 +512,7 @@ func runPaired(ctx context.Context, client *http.Client, targets [3]target, body
 			return 0, 0, false
 		}
 		defer resp.Body.Close()
-		if stream {
-			sc := bufio.NewScanner(resp.Body)
-			for sc.Scan() {
-				if line := sc.Bytes(); ttft == 0 && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
-					ttft = time.Since(start)
-				}
-			}
-		} else {
-			_, _ = io.Copy(io.Discard, resp.Body)
-		}
+		ttft = readAnswer(resp.Body, stream, start, nil)
 		return time.Since(start), ttft, resp.StatusCode == 200
 	}
 	var interval time.Duration
