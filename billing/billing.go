@@ -174,19 +174,18 @@ type Stats struct {
 // Biller is the tollgate.Biller of a store. Build it with New, run Run in
 // the background (lease renewal and sweeping), Close it before the store.
 type Biller struct {
-	st        Store
-	opts      Options
-	log       *slog.Logger
-	qmu       sync.Mutex
-	q         []*pending    // operations waiting for a batch (under qmu)
-	closed    bool          // Close was called: no more operations (under qmu)
-	wake      chan struct{} // one pending wake-up for the workers
-	quit      chan struct{}
-	acks      chan ackJob // committed batches waiting to be durable (Committer, one worker)
-	ackWG     sync.WaitGroup
-	wg        sync.WaitGroup
-	once      sync.Once
-	closeAcks sync.Once
+	st     Store
+	opts   Options
+	log    *slog.Logger
+	qmu    sync.Mutex
+	q      []*pending    // operations waiting for a batch (under qmu)
+	closed bool          // Close was called: no more operations (under qmu)
+	wake   chan struct{} // one pending wake-up for the workers
+	quit   chan struct{}
+	acks   chan ackJob // committed batches waiting to be durable (Committer, one worker)
+	ackWG  sync.WaitGroup
+	wg     sync.WaitGroup
+	once   sync.Once
 
 	// live maps this instance's holds to their account and amount: a
 	// release is sent in account (lock) order, and a settle within the
@@ -261,11 +260,6 @@ func (b *Biller) Close() {
 		close(b.quit)
 	})
 	b.wg.Wait()
-	b.closeAcks.Do(func() {
-		if b.acks != nil {
-			close(b.acks)
-		}
-	})
 	b.ackWG.Wait()
 }
 
@@ -354,6 +348,11 @@ func lingerGap(wait time.Duration) time.Duration { return wait / 4 }
 // Close, the worker writes what is queued and returns.
 func (b *Biller) worker() {
 	defer b.wg.Done()
+	if b.acks != nil {
+		// The acker exists only beside a single worker: when it ends,
+		// nothing more can be committed, and the acker finishes the rest.
+		defer close(b.acks)
+	}
 	limit := b.opts.MaxBatch
 	batch := make([]*pending, 0, limit)
 	lastSize := 0
@@ -428,9 +427,10 @@ func (b *Biller) apply(batch []*pending) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var err error
 	if c, ok := b.st.(Committer); ok && b.acks != nil {
-		durable, err := c.ApplyBillingCommitted(ctx, ops)
-		if err == nil {
+		var durable func()
+		if durable, err = c.ApplyBillingCommitted(ctx, ops); err == nil {
 			// The next batch may be written while this one's commit is
 			// being made durable; its callers are answered after that.
 			// This batch is written: the acker must not wait for it.
@@ -438,16 +438,10 @@ func (b *Biller) apply(batch []*pending) {
 			b.acks <- ackJob{batch: slices.Clone(batch), durable: durable}
 			return
 		}
-		// Nothing was applied: fall through to the one-by-one retry.
-		if len(batch) == 1 {
-			batch[0].err = err
-			close(batch[0].done)
-			return
-		}
-		b.retryAlone(ctx, batch, ops, err)
-		return
+	} else {
+		err = b.st.ApplyBilling(ctx, ops)
 	}
-	err := b.st.ApplyBilling(ctx, ops)
+	// On an error nothing of the batch was applied.
 	if err != nil && len(batch) > 1 {
 		b.retryAlone(ctx, batch, ops, err)
 		return
