@@ -19,17 +19,17 @@ import (
 // billStmts are the hot-path statements, prepared once on the writer
 // connection: parsing SQL costs more than running these point updates.
 type billStmts struct {
-	holdAccount, holdKey, selWindow, addWindow, insHold                            *sql.Stmt
-	delHold, selReplay, selAccount, settleAccount, settleKey, fixWindow, insLedger *sql.Stmt
-	relAccount, relKey, relWindow                                                  *sql.Stmt
-	takeReservation                                                                *sql.Stmt
+	holdAccount, holdKey, selWindow, addWindow, insHold                 *sql.Stmt
+	delHold, selReplay, selAccount, settleAccount, settleKey, fixWindow *sql.Stmt
+	relAccount, relKey, relWindow                                       *sql.Stmt
+	takeReservation                                                     *sql.Stmt
 	// insLedgerN[i] inserts 2^i charge rows in one statement
-	// (ledgerRowsPerStmt): a batch of n summed charges takes one statement
+	// (up to 2^(ledgerRowsBits-1)): a batch of n summed charges takes one statement
 	// per bit of n instead of n.
 	insLedgerN [ledgerRowsBits]*sql.Stmt
 }
 
-// ledgerRowsBits bounds the rows of one multi-row insert: 2^6 = 64 rows of
+// ledgerRowsBits bounds the rows of one multi-row insert: 2^(7-1) = 64 rows of
 // 18 values, far below SQLite's limit on bound variables.
 const ledgerRowsBits = 7
 
@@ -60,7 +60,6 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 		{&b.settleAccount, `UPDATE accounts SET balance = balance - ?, held = held - ? WHERE id = ?`},
 		{&b.settleKey, `UPDATE api_keys SET spent = spent + ?, held = held - ? WHERE id = ?`},
 		{&b.fixWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
-		{&b.insLedger, insLedgerHead + insLedgerRow},
 		{&b.relAccount, `UPDATE accounts SET held = held - ? WHERE id = ?`},
 		{&b.relKey, `UPDATE api_keys SET held = held - ? WHERE id = ?`},
 		{&b.relWindow, `UPDATE key_windows SET tokens = max(tokens - ?, 0) WHERE key_id = ? AND minute = ?`},
@@ -72,8 +71,7 @@ func (db *DB) prepareBilling(ctx context.Context) error {
 		}
 		*p.st = st
 	}
-	b.insLedgerN[0] = b.insLedger
-	for i := 1; i < ledgerRowsBits; i++ {
+	for i := range ledgerRowsBits {
 		q := insLedgerHead + insLedgerRow + strings.Repeat(", "+insLedgerRow, 1<<i-1)
 		st, err := db.w.PrepareContext(ctx, q)
 		if err != nil {
@@ -528,7 +526,7 @@ func appendLedgerRow(vs []any, op *tollgate.BillingOp, acct, key string, charged
 // ledgerRow writes op's charge row now.
 func (b *txStmts) ledgerRow(op *tollgate.BillingOp, acct, key string, charged int64) error {
 	var vs [ledgerRowValues]any
-	_, err := b.exec(b.s.insLedger, appendLedgerRow(vs[:0], op, acct, key, charged)...)
+	_, err := b.exec(b.s.insLedgerN[0], appendLedgerRow(vs[:0], op, acct, key, charged)...)
 	return err
 }
 
