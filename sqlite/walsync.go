@@ -12,16 +12,17 @@ import (
 )
 
 // Durability (docs/store.md, "Durability"). SQLite's synchronous=FULL syncs
-// the WAL inside every commit with fsync(2); the pure-Go build of SQLite has
-// no fdatasync and always uses fsync, which on this kind of virtual disk
-// costs twice the CPU of fdatasync (about 146 µs against 80 µs a call, all of
-// it on the single writer's path).
+// the WAL inside every commit, on the single writer's path: each commit
+// waits for its own sync, and the next cannot start until it returns. A
+// sync costs 60–160 µs of CPU on this kind of virtual disk
+// (BenchmarkSync), more than a whole batch's statements.
 //
 // So the default opens the writer with synchronous=NORMAL (a commit writes
 // the WAL but does not sync it) and the store syncs the WAL itself before it
 // reports any commit: walSync.wait fdatasyncs the -wal file, once for every
 // commit that finished before the sync began (callers that arrive during a
-// sync share the next one). A write is acknowledged only once its frames are
+// sync share the next one), and billing writes its next batch meanwhile
+// (ApplyBillingCommitted). A write is acknowledged only once its frames are
 // on disk, as with FULL; what NORMAL adds on its own (the WAL is synced
 // before each checkpoint, and the database file after it) keeps the
 // checkpoints safe.
