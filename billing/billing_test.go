@@ -291,20 +291,8 @@ func (g *gatedStore) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.
 // caller is answered only once its batch is durable, and the next batch is
 // written meanwhile.
 func TestCommittedBatchesAnswerOnlyWhenDurable(t *testing.T) {
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, a, k := storeWithAccount(t)
 	g := &gatedStore{DB: db, calls: make(chan struct{}, 16)}
-	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "g", Balance: tollgate.Dollars(10), Created: time.Now()}
-	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Prefix: "sk-tg-gggg", Created: time.Now()}
-	if err := db.CreateAccount(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateKey(context.Background(), k, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
-		t.Fatal(err)
-	}
 	b := billing.New(g, billing.Options{NoReserve: true, BatchWait: -1})
 	defer b.Close()
 
@@ -370,5 +358,134 @@ func TestLoneClientDoesNotWaitForCompany(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 2s)", d)
+	}
+}
+
+// storeWithAccount opens a store with an account of 10 USD and a key.
+func storeWithAccount(t *testing.T) (*sqlite.DB, tollgate.Account, tollgate.Key) {
+	t.Helper()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "s", Balance: tollgate.Dollars(10), Created: time.Now()}
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Prefix: "sk-tg-ssss", Created: time.Now()}
+	if err := db.CreateAccount(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateKey(context.Background(), k, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
+		t.Fatal(err)
+	}
+	return db, a, k
+}
+
+// slowStore is a store whose every write takes at least d (and that cannot
+// report a commit before it is durable: no pipeline).
+type slowStore struct {
+	db *sqlite.DB
+	d  time.Duration
+}
+
+func (s slowStore) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
+	time.Sleep(s.d)
+	return s.db.ApplyBilling(ctx, ops)
+}
+
+func (s slowStore) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
+	return s.db.RenewHolds(ctx, owner, expires, createdAfter)
+}
+
+func (s slowStore) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+	return s.db.SweepHolds(ctx, now, limit)
+}
+
+// TestBatchOfOneStillLingers: after a batch of one operation, the next batch
+// still waits for company when its first operation came sooner after the
+// one before than a write takes (operations are coming faster than single
+// commits could keep up with). Under load the writer used to fall into a run
+// of one-operation commits this way (BenchmarkBilling: hundreds of them,
+// with a hundred requests in flight).
+//
+// Writes take 100 ms. Settle A is written alone (t = 0–100 ms); settle B
+// comes at 30 ms, during that write, and is alone in the next batch, which
+// now waits (open holds remain); settle C comes at 150 ms and joins it: two
+// batches for three settles, where writing B at once made three.
+func TestBatchOfOneStillLingers(t *testing.T) {
+	db, a, k := storeWithAccount(t)
+	var err error
+	b := billing.New(slowStore{db: db, d: 100 * time.Millisecond}, billing.Options{NoReserve: true, BatchWait: time.Second})
+	defer b.Close()
+	var ids [3]string
+	for i := range ids {
+		if ids[i], err = hold(t, b, a, k, tollgate.MustParseAmount("0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := b.Stats().Batches
+	var wg sync.WaitGroup
+	for i, at := range []time.Duration{0, 30 * time.Millisecond, 150 * time.Millisecond} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(at)
+			if _, err := b.Settle(context.Background(), ids[i], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := b.Stats().Batches - before; n != 2 {
+		t.Errorf("three settles took %d batches, want 2 (A alone, then B waiting for C)", n)
+	}
+}
+
+// slowCommitter is slowStore that reports commits before they are durable
+// (billing.Committer, the SQLite store's pipeline).
+type slowCommitter struct{ slowStore }
+
+func (s slowCommitter) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.BillingOp) (func(), error) {
+	time.Sleep(s.d)
+	return s.db.ApplyBillingCommitted(ctx, ops)
+}
+
+// TestCommittedBatchDoesNotWaitForAGatheringOne: a committed batch is synced
+// and answered without waiting for the next batch while that one is still
+// gathering operations (it would keep its callers through the next batch's
+// whole wait; under load every client ended up parked and the CPU idle).
+//
+// Writes take 50 ms. Settle X is written alone (0–50 ms); settle Y comes at
+// 10 ms and then waits for company (another hold is in flight) for up to a
+// quarter of the 1 s batch wait. X must be answered soon after its write.
+func TestCommittedBatchDoesNotWaitForAGatheringOne(t *testing.T) {
+	db, a, k := storeWithAccount(t)
+	var err error
+	b := billing.New(slowCommitter{slowStore{db: db, d: 50 * time.Millisecond}}, billing.Options{NoReserve: true, BatchWait: time.Second})
+	defer b.Close()
+	var ids [3]string
+	for i := range ids {
+		if ids[i], err = hold(t, b, a, k, tollgate.MustParseAmount("0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(10 * time.Millisecond)
+		if _, err := b.Settle(context.Background(), ids[1], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	if _, err := b.Settle(context.Background(), ids[0], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("settle X answered after %s: it waited for the next batch's company (its write took 50 ms)", d)
+	}
+	wg.Wait()
+	if err := b.Release(context.Background(), ids[2]); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -22,10 +22,10 @@ import (
 )
 
 var (
-	billBenchDur  = flag.Duration("billbench.dur", 3*time.Second, "BenchmarkBilling: measuring time per mode and round")
+	billBenchDur  = flag.Duration("billbench.dur", time.Second, "BenchmarkBilling: measuring time per mode and round")
 	billBenchConc = flag.Int("billbench.conc", 128, "BenchmarkBilling: concurrent clients (128 keeps both cores busy in every mode here)")
 	billBenchOnly = flag.String("billbench.only", "", "BenchmarkBilling: run only these modes (comma-separated; off always runs unless no-off is named, e.g. to profile one mode alone)")
-	billBenchRnds = flag.Int("billbench.rounds", 3, "BenchmarkBilling: rounds; each runs every mode once, and the medians are reported")
+	billBenchRnds = flag.Int("billbench.rounds", 8, "BenchmarkBilling: rounds; each measures every mode once, and the medians are reported")
 )
 
 type billBenchResult struct {
@@ -49,9 +49,13 @@ type billBenchResult struct {
 // keep this 2-vCPU machine busy in every mode, so that the ratio compares
 // throughputs; at 32 the billing modes are bound by each response's wait for
 // its commit), -billbench.rounds how many times the
-// modes alternate, -billbench.only picks modes (also the optional
-// sqlite-normal, sqlite-nowait, sqlite-wait1ms, sqlite-wait4ms). Run with
-// -test.v, or the testing package cuts the per-round lines.
+// modes alternate, -billbench.dur how long each measures per round,
+// -billbench.only picks modes (also the optional sqlite-normal,
+// sqlite-nowait, sqlite-nopipe, sqlite-wait1ms, sqlite-wait4ms). Every
+// mode's service is started (and warmed up) first and they all stay up; the
+// rounds then measure them in turn, one short slice each, so that the VM's
+// slow spells (whole runs here move by ±10%) fall on every mode alike. Run
+// with -test.v, or the testing package cuts the per-round lines.
 //
 //	TOLLGATE_TEST_POSTGRES=... go test -run '^$' -bench BenchmarkBilling -benchtime 1x -v ./cmd/tollgate/
 func BenchmarkBilling(b *testing.B) {
@@ -101,14 +105,22 @@ func BenchmarkBilling(b *testing.B) {
 	// Rounds alternate the modes (off, sqlite, ..., off, sqlite, ...) so
 	// that a slow spell of this shared VM hits every mode alike; each
 	// figure reported is the median over the rounds, and each ratio the
-	// median of the rounds' own ratios.
+	// median of the rounds' own ratios (a mode against off in the same
+	// round, a few seconds apart).
 	rounds := max(*billBenchRnds, 1)
 	byMode := make([][]billBenchResult, len(modes))
 	for range b.N {
+		benches := make([]*billBench, len(modes))
+		for i, m := range modes {
+			benches[i] = startBillBench(b, m.name, m.store, m.extra, sim.URL())
+		}
 		for range rounds {
-			for i, m := range modes {
-				byMode[i] = append(byMode[i], runBillBench(b, m.name, m.store, m.extra, sim.URL()))
+			for i, bb := range benches {
+				byMode[i] = append(byMode[i], bb.slice(b, *billBenchDur))
 			}
+		}
+		for _, bb := range benches {
+			bb.finish(b)
 		}
 	}
 	for i, rs := range byMode {
@@ -123,6 +135,7 @@ func BenchmarkBilling(b *testing.B) {
 		p50 := median(rs, func(r billBenchResult) float64 { return float64(r.p50) })
 		p99 := median(rs, func(r billBenchResult) float64 { return float64(r.p99) })
 		cpu := median(rs, func(r billBenchResult) float64 { return float64(r.cpu) })
+		busy := median(rs, func(r billBenchResult) float64 { return r.busy })
 		ratio := median(ratios, func(x float64) float64 { return x })
 		b.ReportMetric(rps, mode+"_req/s")
 		b.ReportMetric(float64(time.Duration(p50).Microseconds()), mode+"_p50_µs")
@@ -131,9 +144,9 @@ func BenchmarkBilling(b *testing.B) {
 		if i > 0 {
 			b.ReportMetric(ratio, mode+"/off")
 		}
-		b.Logf("median of %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, rps,
+		b.Logf("median of %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, rps,
 			time.Duration(p50).Round(time.Microsecond), time.Duration(p99).Round(time.Microsecond), time.Duration(cpu).Microseconds(),
-			ratio, slices.Min(ratios), slices.Max(ratios))
+			busy, ratio, slices.Min(ratios), slices.Max(ratios))
 	}
 }
 
@@ -153,7 +166,18 @@ func median[T any](xs []T, f func(T) float64) float64 {
 	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 }
 
-func runBillBench(b *testing.B, mode, store, extra, simURL string) billBenchResult {
+// billBench is one mode's running service and its closed-loop client.
+type billBench struct {
+	mode   string
+	m      *Main
+	acct   string
+	one    func() (time.Duration, bool)
+	served int64
+	st0    billing.Stats
+	syncs0 int64
+}
+
+func startBillBench(b *testing.B, mode, store, extra, simURL string) *billBench {
 	b.Helper()
 	doc := `listen:
   api: 127.0.0.1:0
@@ -185,11 +209,11 @@ store:
 	if err := m.Open(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		m.Close(ctx)
-	}()
+	})
 	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "bench", Balance: tollgate.Dollars(1_000_000), Created: time.Now().UTC()}
 	if err := m.Store.CreateAccount(context.Background(), acct); err != nil {
 		b.Fatal(err)
@@ -202,7 +226,8 @@ store:
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}}
 	url := m.APIURL() + "/chat/completions"
 	body := `{"model":"bench","max_tokens":64,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
-	one := func() (time.Duration, bool) {
+	bb := &billBench{mode: mode, m: m, acct: acct.ID}
+	bb.one = func() (time.Duration, bool) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+secret)
 		req.Header.Set("Content-Type", "application/json")
@@ -215,77 +240,86 @@ store:
 		resp.Body.Close()
 		return time.Since(start), resp.StatusCode == 200
 	}
-	phase := func(d time.Duration, record bool) ([]time.Duration, int64, time.Duration) {
-		var mu sync.Mutex
-		var lats []time.Duration
-		var errs atomic.Int64
-		stop := time.Now().Add(d)
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range *billBenchConc {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var mine []time.Duration
-				for time.Now().Before(stop) {
-					lat, ok := one()
-					if !ok {
-						errs.Add(1)
-						continue
-					}
-					mine = append(mine, lat)
-				}
-				if record {
-					mu.Lock()
-					lats = append(lats, mine...)
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		return lats, errs.Load(), time.Since(start)
-	}
-	phase(time.Second, false) // warm-up: connections, caches, JIT of the store's plans
-	var st0 billing.Stats
+	bb.phase(time.Second) // warm-up: connections, caches, the store's plans
 	if m.Biller != nil {
-		st0 = m.Biller.Stats()
+		bb.st0 = m.Biller.Stats()
 	}
-	syncs := func() int64 {
-		if db, ok := m.Store.(interface{ WALSyncs() int64 }); ok {
-			return db.WALSyncs()
-		}
-		return 0
+	bb.syncs0 = bb.syncs()
+	return bb
+}
+
+func (bb *billBench) syncs() int64 {
+	if db, ok := bb.m.Store.(interface{ WALSyncs() int64 }); ok {
+		return db.WALSyncs()
 	}
-	syncs0 := syncs()
+	return 0
+}
+
+// phase runs the closed-loop clients for d and returns the latencies of the
+// requests served, the failures and the time it took.
+func (bb *billBench) phase(d time.Duration) ([]time.Duration, int64, time.Duration) {
+	var mu sync.Mutex
+	var lats []time.Duration
+	var errs atomic.Int64
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range *billBenchConc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(stop) {
+				lat, ok := bb.one()
+				if !ok {
+					errs.Add(1)
+					continue
+				}
+				mine = append(mine, lat)
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lats, errs.Load(), time.Since(start)
+}
+
+// slice measures the mode for d.
+func (bb *billBench) slice(b *testing.B, d time.Duration) billBenchResult {
 	cpu0 := processCPU()
-	lats, errs, elapsed := phase(*billBenchDur, true)
+	lats, errs, elapsed := bb.phase(d)
 	cpu := processCPU() - cpu0
+	bb.served += int64(len(lats))
 	slices.Sort(lats)
-	r := billBenchResult{mode: mode, rps: float64(len(lats)) / elapsed.Seconds(), errors: errs,
+	r := billBenchResult{mode: bb.mode, rps: float64(len(lats)) / elapsed.Seconds(), errors: errs,
 		busy: cpu.Seconds() / elapsed.Seconds()}
 	if len(lats) > 0 {
 		r.cpu = cpu / time.Duration(len(lats))
-	}
-	if len(lats) > 0 {
 		r.p50, r.p99 = lats[len(lats)/2], lats[min(len(lats)-1, len(lats)*99/100)]
 	}
 	if errs > 0 {
-		b.Errorf("%s: %d failed requests", mode, errs)
-	}
-	if m.Biller != nil {
-		st := m.Biller.Stats()
-		ops, batches := st.Ops-st0.Ops, st.Batches-st0.Batches
-		b.Logf("%s: measured %d holds (%d in memory), %d reservation top-ups; %d operations in %d batches (%.1f a batch); writer busy %.0f%%, lingering %.0f%%; each waited %s on average; %d WAL syncs",
-			mode, st.Holds-st0.Holds, st.InMemory-st0.InMemory, st.Reserves-st0.Reserves, ops, batches, float64(ops)/float64(max(batches, 1)),
-			100*(st.Writing-st0.Writing).Seconds()/elapsed.Seconds(), 100*(st.Lingering-st0.Lingering).Seconds()/elapsed.Seconds(),
-			((st.Waiting - st0.Waiting) / time.Duration(max(ops, 1))).Round(time.Microsecond), syncs()-syncs0)
-	}
-	if bs, err := books(m.Store); err == nil && mode != "off" {
-		if c, _ := countChargesB(bs, acct.ID); c < int64(len(lats)) {
-			b.Errorf("%s: %d charges for %d served requests", mode, c, len(lats))
-		}
+		b.Errorf("%s: %d failed requests", bb.mode, errs)
 	}
 	return r
+}
+
+// finish reports the writer's figures over all of the mode's slices and
+// checks that every served request was charged.
+func (bb *billBench) finish(b *testing.B) {
+	if bb.m.Biller != nil {
+		st := bb.m.Biller.Stats()
+		ops, batches := st.Ops-bb.st0.Ops, st.Batches-bb.st0.Batches
+		b.Logf("%s: %d holds (%d in memory), %d reservation top-ups; %d operations in %d batches (%.1f a batch); each waited %s on average; %d WAL syncs",
+			bb.mode, st.Holds-bb.st0.Holds, st.InMemory-bb.st0.InMemory, st.Reserves-bb.st0.Reserves, ops, batches, float64(ops)/float64(max(batches, 1)),
+			((st.Waiting - bb.st0.Waiting) / time.Duration(max(ops, 1))).Round(time.Microsecond), bb.syncs()-bb.syncs0)
+	}
+	if bs, err := books(bb.m.Store); err == nil && bb.mode != "off" {
+		if c, _ := countChargesB(bs, bb.acct); c < bb.served {
+			b.Errorf("%s: %d charges for %d served requests", bb.mode, c, bb.served)
+		}
+	}
 }
 
 // processCPU is the CPU time this process has used (user + system).
