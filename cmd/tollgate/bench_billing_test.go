@@ -25,6 +25,7 @@ var (
 	billBenchDur  = flag.Duration("billbench.dur", time.Second, "BenchmarkBilling: measuring time per mode and round")
 	billBenchConc = flag.Int("billbench.conc", 128, "BenchmarkBilling: concurrent clients (128 keeps both cores busy in every mode here)")
 	billBenchOnly = flag.String("billbench.only", "", "BenchmarkBilling: run only these modes (comma-separated; off always runs unless no-off is named, e.g. to profile one mode alone)")
+	billBenchStrm = flag.Bool("billbench.stream", false, "BenchmarkBilling: streamed requests (the client reads each stream to its end)")
 	billBenchRnds = flag.Int("billbench.rounds", 8, "BenchmarkBilling: rounds; each measures every mode once, and the medians are reported")
 )
 
@@ -44,7 +45,8 @@ type billBenchResult struct {
 // off, on with SQLite and on with PostgreSQL (when TOLLGATE_TEST_POSTGRES is
 // set), in one run, and reports each mode's throughput and latency and the
 // ratios to billing off. Non-streamed requests of 16 completion tokens from
-// a simulator without delays, so that tollgate's own work dominates.
+// a simulator without delays, so that tollgate's own work dominates
+// (-billbench.stream: the same requests streamed).
 // -billbench.conc sets the closed-loop clients (128 by default: enough to
 // keep this 2-vCPU machine busy in every mode, so that the ratio compares
 // throughputs; at 32 the billing modes are bound by each response's wait for
@@ -226,6 +228,9 @@ store:
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}}
 	url := m.APIURL() + "/chat/completions"
 	body := `{"model":"bench","max_tokens":64,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
+	if *billBenchStrm {
+		body = `{"model":"bench","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
+	}
 	bb := &billBench{mode: mode, m: m, acct: acct.ID}
 	bb.one = func() (time.Duration, bool) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
