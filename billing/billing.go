@@ -289,14 +289,22 @@ func (b *Biller) Stats() Stats {
 // when the caller's context ends: an operation that may already be written
 // must be seen through, or a hold could be placed that nobody releases.
 func (b *Biller) do(op tollgate.BillingOp) (tollgate.BillingOp, error) {
-	start := time.Now()
-	p := &pending{op: op, done: make(chan struct{}), at: start}
+	p := &pending{op: op}
+	err := b.run(p)
+	return p.op, err
+}
+
+// run is do for an operation already in its pending: it queues p, waits
+// until its batch is committed and returns p's error (p.op holds the result).
+func (b *Biller) run(p *pending) error {
+	p.at = time.Now()
+	p.done = make(chan struct{})
 	if !b.enqueue(p) {
-		return op, ErrClosed
+		return ErrClosed
 	}
 	<-p.done
-	b.waiting.Add(int64(time.Since(start)))
-	return p.op, p.err
+	b.waiting.Add(int64(time.Since(p.at)))
+	return p.err
 }
 
 // enqueue adds p to the queue and wakes a worker; false after Close. The
@@ -634,11 +642,12 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		// happens on the account (balance − held ≥ 0 always): it is known
 		// now and written with the next batch.
 		b.async.Add(1)
+		ac := c // only this path moves the charge to the heap
 		go func() {
 			defer b.async.Done()
-			if _, err := b.settle(holdID, c); err != nil {
-				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", c.RequestID,
-					"hold", holdID, "cost", c.Cost.String(), "err", err)
+			if _, err := b.settle(holdID, ac); err != nil {
+				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", ac.RequestID,
+					"hold", holdID, "cost", ac.Cost.String(), "err", err)
 			}
 		}()
 		return c.Cost, nil

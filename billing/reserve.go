@@ -210,45 +210,52 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	}
 	r.pending += covered + ret
 	r.mu.Unlock()
-	op := tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}
-	finish := func(op tollgate.BillingOp, err error) (tollgate.Amount, error) {
-		r.mu.Lock()
-		r.pending -= covered + ret
-		switch {
-		case err != nil:
-			// Nothing was written: the hold is back in flight so that a
-			// retried settle charges it.
-			r.inflight += m.amount
-			b.live.Store(holdID, liveHold{account: r.account, amount: m.amount, mem: m})
-		case op.Gone:
-			b.detachLocked(r)
-		case !op.Replayed:
-			r.res -= covered + ret
-		}
-		r.mu.Unlock()
-		if err != nil {
-			return 0, fmt.Errorf("settle %s: %w", holdID, err)
-		}
-		b.settled.Add(1)
-		if op.Uncollected > 0 {
-			b.uncollected.Add(1)
-			b.uncollectedAmt.Add(int64(op.Uncollected))
-			b.log.Warn("charge exceeded what the account could pay", "request_id", c.RequestID, "account", c.AccountID,
-				"cost", c.Cost.String(), "charged", op.Charged.String(), "uncollected", op.Uncollected.String())
-		}
-		return op.Charged, nil
-	}
+	// One allocation for the operation and its wait (the pending), none for
+	// a closure: this runs once per request.
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}}
 	if b.opts.AsyncSettle && c.Cost <= m.amount {
 		b.async.Add(1)
 		go func() {
 			defer b.async.Done()
-			if _, err := finish(b.do(op)); err != nil {
-				b.log.Error("settle failed; the hold stays in flight", "request_id", c.RequestID, "hold", holdID, "err", err)
+			if _, err := b.finishCharge(m, p, b.run(p)); err != nil {
+				b.log.Error("settle failed; the hold stays in flight", "request_id", p.op.Charge.RequestID, "hold", holdID, "err", err)
 			}
 		}()
 		return c.Cost, nil
 	}
-	return finish(b.do(op))
+	return b.finishCharge(m, p, b.run(p))
+}
+
+// finishCharge accounts for a written (or failed) charge of the in-memory
+// hold m in its reservation and returns what was charged.
+func (b *Biller) finishCharge(m *memHold, p *pending, err error) (tollgate.Amount, error) {
+	r, op := m.r, &p.op
+	r.mu.Lock()
+	r.pending -= op.Covered + op.Return
+	switch {
+	case err != nil:
+		// Nothing was written: the hold is back in flight so that a
+		// retried settle charges it.
+		r.inflight += m.amount
+		b.live.Store(op.HoldID, liveHold{account: r.account, amount: m.amount, mem: m})
+	case op.Gone:
+		b.detachLocked(r)
+	case !op.Replayed:
+		r.res -= op.Covered + op.Return
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("settle %s: %w", op.HoldID, err)
+	}
+	b.settled.Add(1)
+	if op.Uncollected > 0 {
+		c := &op.Charge
+		b.uncollected.Add(1)
+		b.uncollectedAmt.Add(int64(op.Uncollected))
+		b.log.Warn("charge exceeded what the account could pay", "request_id", c.RequestID, "account", c.AccountID,
+			"cost", c.Cost.String(), "charged", op.Charged.String(), "uncollected", op.Uncollected.String())
+	}
+	return op.Charged, nil
 }
 
 // releaseReserved frees a hold placed in memory: no database write.
