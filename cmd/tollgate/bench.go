@@ -82,7 +82,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	conc := fs.Int("concurrency", 32, "concurrent clients for the throughput phases")
 	modConc := fs.Int("moderate", 4, "concurrent clients for the latency phases (moderate load)")
 	rate := fs.Int("rate", 1000, "requests a second of the fixed-rate (open-loop) phases; 0 skips them")
-	pairedOn := fs.Bool("paired", true, "also measure the added latency paired: one client alternating direct, bare proxy and tollgate request by request (closed loop, and open loop at --rate)")
+	pairedOn := fs.Bool("paired", true, "also measure the added latency paired: one client alternating direct, bare proxy, tollgate and a TCP relay request by request (closed loop, and open loop at --rate)")
 	only := fs.String("only", "", "run only the phases whose name contains this text (e.g. \"streamed, 1000/s\")")
 	tokens := fs.Int("tokens", 16, "completion tokens per answer")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -191,7 +191,16 @@ models:
 	go proxySrv.Serve(proxyLn)
 	defer proxySrv.Close()
 
+	// A TCP relay (bytes copied both ways, no HTTP): what the hop alone costs,
+	// for the paired phases.
+	relayLn, err := startTCPRelay(simURL.Host)
+	if err != nil {
+		return err
+	}
+	defer relayLn.Close()
+
 	direct := target{"direct", sim.URL() + "/v1/chat/completions", "bench-up", ""}
+	relayed := target{"TCP relay", "http://" + relayLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	proxied := target{"bare proxy", "http://" + proxyLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	through := target{"tollgate", m.APIURL() + "/chat/completions", "bench", secret}
 	body := func(model string, stream bool) []byte {
@@ -382,7 +391,7 @@ models:
 	}
 	var paired []pairedResult
 	if *pairedOn {
-		targets := [3]target{direct, proxied, through}
+		targets := [4]target{direct, proxied, through, relayed}
 		for _, stream := range []bool{false, true} {
 			label := "non-streamed"
 			if stream {
@@ -478,26 +487,27 @@ func readAnswer(body io.Reader, stream bool, start time.Time, buf []byte) time.D
 	return first
 }
 
-// pairedResult is a paired phase: the three targets measured in turn by the
+// pairedResult is a paired phase: the targets measured in turn by the
 // same client, request by request, so that every target sees the machine in
 // the same state; "added" is the median of the per-round differences.
 type pairedResult struct {
 	label    string
-	lat      [3][]time.Duration // direct, bare proxy, tollgate
-	ttft     [3][]time.Duration
+	lat      [4][]time.Duration // direct, bare proxy, tollgate, TCP relay
+	ttft     [4][]time.Duration
 	addedT   []time.Duration // tollgate − direct, per round
 	addedP   []time.Duration // bare proxy − direct, per round
+	addedR   []time.Duration // TCP relay − direct, per round
 	addedTT  []time.Duration // streams: tollgate's time to first content − direct's
 	errors   int
 	rounds   int
 	openRate int
 }
 
-// runPaired measures the three targets in rounds: each round sends one
-// request to each, in an order that rotates, and records the differences.
-// rate 0: back to back (one request in flight); else one request every
-// 1/rate (open loop, each round spread over three ticks).
-func runPaired(ctx context.Context, client *http.Client, targets [3]target, body func(string, bool) []byte,
+// runPaired measures the targets in rounds: each round sends one request to
+// each, in an order that rotates, and records the differences. rate 0: back
+// to back (one request in flight); else one request every 1/rate (open
+// loop, each round spread over as many ticks as there are targets).
+func runPaired(ctx context.Context, client *http.Client, targets [4]target, body func(string, bool) []byte,
 	label string, stream bool, rate int, warm, dur time.Duration) pairedResult {
 	res := pairedResult{label: label, openRate: rate}
 	once := func(t target) (lat, ttft time.Duration, ok bool) {
@@ -523,10 +533,10 @@ func runPaired(ctx context.Context, client *http.Client, targets [3]target, body
 	measureFrom, end := start.Add(warm), start.Add(warm+dur)
 	tick := start
 	for round := 0; time.Now().Before(end); round++ {
-		var lat, ttft [3]time.Duration
+		var lat, ttft [4]time.Duration
 		ok := true
-		for k := range 3 {
-			i := (round + k) % 3
+		for k := range len(targets) {
+			i := (round + k) % len(targets)
 			if interval > 0 {
 				tick = tick.Add(interval)
 				time.Sleep(time.Until(tick))
@@ -542,22 +552,24 @@ func runPaired(ctx context.Context, client *http.Client, targets [3]target, body
 			continue
 		}
 		res.rounds++
-		for i := range 3 {
+		for i := range len(targets) {
 			res.lat[i] = append(res.lat[i], lat[i])
 			res.ttft[i] = append(res.ttft[i], ttft[i])
 		}
 		res.addedT = append(res.addedT, lat[2]-lat[0])
 		res.addedP = append(res.addedP, lat[1]-lat[0])
+		res.addedR = append(res.addedR, lat[3]-lat[0])
 		if stream {
 			res.addedTT = append(res.addedTT, ttft[2]-ttft[0])
 		}
 	}
-	for i := range 3 {
+	for i := range len(targets) {
 		slices.Sort(res.lat[i])
 		slices.Sort(res.ttft[i])
 	}
 	slices.Sort(res.addedT)
 	slices.Sort(res.addedP)
+	slices.Sort(res.addedR)
 	slices.Sort(res.addedTT)
 	return res
 }
@@ -567,13 +579,45 @@ func (r pairedResult) print(w io.Writer) {
 	if r.openRate > 0 {
 		how = fmt.Sprintf("one request every %s", time.Second/time.Duration(r.openRate))
 	}
-	fmt.Fprintf(w, "%s (%d rounds of direct, bare proxy, tollgate in turn, %s; %d failed rounds)\n", r.label, r.rounds, how, r.errors)
-	fmt.Fprintf(w, "  p50: direct %s   bare proxy %s   tollgate %s\n", pct(r.lat[0], 0.5).Round(time.Microsecond),
-		pct(r.lat[1], 0.5).Round(time.Microsecond), pct(r.lat[2], 0.5).Round(time.Microsecond))
-	fmt.Fprintf(w, "  added, median of the rounds' differences: tollgate %s   bare proxy %s\n",
-		pct(r.addedT, 0.5).Round(time.Microsecond), pct(r.addedP, 0.5).Round(time.Microsecond))
+	fmt.Fprintf(w, "%s (%d rounds of direct, bare proxy, tollgate, TCP relay in turn, %s; %d failed rounds)\n", r.label, r.rounds, how, r.errors)
+	fmt.Fprintf(w, "  p50: direct %s   bare proxy %s   tollgate %s   TCP relay %s\n", pct(r.lat[0], 0.5).Round(time.Microsecond),
+		pct(r.lat[1], 0.5).Round(time.Microsecond), pct(r.lat[2], 0.5).Round(time.Microsecond), pct(r.lat[3], 0.5).Round(time.Microsecond))
+	fmt.Fprintf(w, "  added, median of the rounds' differences: tollgate %s   bare proxy %s   TCP relay %s\n",
+		pct(r.addedT, 0.5).Round(time.Microsecond), pct(r.addedP, 0.5).Round(time.Microsecond), pct(r.addedR, 0.5).Round(time.Microsecond))
 	if len(r.addedTT) > 0 {
 		fmt.Fprintf(w, "  time to first content added: tollgate %s (p50 direct %s, tollgate %s)\n", pct(r.addedTT, 0.5).Round(time.Microsecond),
 			pct(r.ttft[0], 0.5).Round(time.Microsecond), pct(r.ttft[2], 0.5).Round(time.Microsecond))
 	}
+}
+
+// startTCPRelay listens on loopback and copies bytes between each accepted
+// connection and a new connection to upstream (host:port), both ways: a
+// second hop with no HTTP work, the floor under any proxy's added latency.
+func startTCPRelay(upstream string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				u, err := net.Dial("tcp", upstream)
+				if err != nil {
+					c.Close()
+					return
+				}
+				go func() {
+					_, _ = io.Copy(u, c)
+					u.Close()
+				}()
+				_, _ = io.Copy(c, u)
+				c.Close()
+			}()
+		}
+	}()
+	return ln, nil
 }
