@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,8 @@ type Options struct {
 	MaxAge time.Duration
 	// MaxBatch bounds the operations of one transaction. Default 512.
 	MaxBatch int
-	// BatchWait is the longest a batch waits for more operations when the
-	// last one showed concurrency (see worker). Default 2ms; negative: no
+	// BatchWait is the longest a batch waits for more operations when
+	// operations come close together (see worker). Default 2ms; negative: no
 	// waiting (each batch is what queued while the last was written).
 	BatchWait time.Duration
 	// Workers is how many batches may be in flight at once. SQLite has one
@@ -226,6 +227,10 @@ type pending struct {
 	done chan struct{}
 	at   time.Time     // when it was queued
 	gap  time.Duration // since the operation queued before it
+	// background: nobody's request waits for it (an async settle, a
+	// reservation's return); it neither makes a batch wait for company nor
+	// counts as the operation before the next one.
+	background bool
 }
 
 // ErrClosed is returned by operations after Close.
@@ -294,6 +299,13 @@ func (b *Biller) do(op tollgate.BillingOp) (tollgate.BillingOp, error) {
 	return p.op, err
 }
 
+// doBackground is do for an operation no request waits for (pending.background).
+func (b *Biller) doBackground(op tollgate.BillingOp) (tollgate.BillingOp, error) {
+	p := &pending{op: op, background: true}
+	err := b.run(p)
+	return p.op, err
+}
+
 // run is do for an operation already in its pending: it queues p, waits
 // until its batch is committed and returns p's error (p.op holds the result).
 func (b *Biller) run(p *pending) error {
@@ -318,8 +330,12 @@ func (b *Biller) enqueue(p *pending) bool {
 		return false
 	}
 	b.q = append(b.q, p)
-	p.gap = p.at.Sub(b.last)
-	b.last = p.at
+	if p.background {
+		p.gap = time.Duration(math.MaxInt64)
+	} else {
+		p.gap = p.at.Sub(b.last)
+		b.last = p.at
+	}
 	b.qmu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
@@ -370,6 +386,11 @@ func lingerGap(wait time.Duration) time.Duration { return wait / 4 }
 // fell into a run of one-operation commits while a hundred requests were in
 // flight. A lone client never waits: its next operation can only come after
 // its last one was written, so its gap is always longer than that write.
+// Two things keep that true: the rule applies only with a single worker
+// (with several, another worker's last write says nothing about this
+// client's), and background operations (async settles, reservations'
+// returns), which a client does not wait for, neither wait for company nor
+// count as the operation before the next one.
 func (b *Biller) worker() {
 	defer b.wg.Done()
 	if b.acks != nil {
@@ -397,7 +418,8 @@ func (b *Biller) worker() {
 			}
 			continue
 		}
-		if !quitting && b.opts.BatchWait > 0 && len(batch) < limit && (lastSize > 1 || batch[0].gap < lastWrite) {
+		fg, gap := foreground(batch)
+		if !quitting && b.opts.BatchWait > 0 && len(batch) < limit && fg > 0 && (lastSize > 1 || (b.opts.Workers == 1 && gap < lastWrite)) {
 			start := time.Now()
 			deadline := start.Add(b.opts.BatchWait)
 			timer.Reset(lingerGap(b.opts.BatchWait))
@@ -424,10 +446,15 @@ func (b *Biller) worker() {
 			timer.Stop()
 			b.lingering.Add(int64(time.Since(start)))
 		}
-		lastSize = len(batch)
+		fg, _ = foreground(batch)
 		b.committing.Store(true)
-		lastWrite = b.apply(batch)
+		write := b.apply(batch)
 		b.committing.Store(false)
+		if fg > 0 {
+			// Only what requests wait for: a lone client's async settles
+			// must not make its next hold look like company.
+			lastSize, lastWrite = fg, write
+		}
 		if quitting {
 			// Write everything that was queued before Close.
 			select {
@@ -436,6 +463,21 @@ func (b *Biller) worker() {
 			}
 		}
 	}
+}
+
+// foreground counts the operations of batch that a request waits for, and
+// returns the gap before the first of them (pending.gap).
+func foreground(batch []*pending) (n int, gap time.Duration) {
+	gap = time.Duration(math.MaxInt64)
+	for _, p := range batch {
+		if !p.background {
+			if n == 0 {
+				gap = p.gap
+			}
+			n++
+		}
+	}
+	return n, gap
 }
 
 // apply writes one batch. If the batch fails as a whole (one bad operation
@@ -472,7 +514,9 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 		err = b.st.ApplyBilling(ctx, ops)
 		write = time.Since(start)
 	}
-	// On an error nothing of the batch was applied.
+	// On an error nothing of the batch was applied; no commit is coming
+	// for the acker to wait for.
+	b.committing.Store(false)
 	if err != nil && len(batch) > 1 {
 		b.retryAlone(ctx, batch, ops, err)
 		return write
@@ -530,10 +574,11 @@ func (b *Biller) acker() {
 			}
 			timer.Stop()
 		}
-		// The last job's commit is the latest: its durable() syncs all.
-		jobs[len(jobs)-1].durable()
+		// In order: each batch is answered as soon as it is durable. The
+		// first durable() syncs everything committed by then, so the later
+		// ones return at once unless they were committed after it began.
 		for _, j := range jobs {
-			j.durable() // returns at once: already covered
+			j.durable()
 			for _, p := range j.batch {
 				close(p.done)
 			}
@@ -645,18 +690,20 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		ac := c // only this path moves the charge to the heap
 		go func() {
 			defer b.async.Done()
-			if _, err := b.settle(holdID, ac); err != nil {
+			if _, err := b.settle(holdID, ac, true); err != nil {
 				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", ac.RequestID,
 					"hold", holdID, "cost", ac.Cost.String(), "err", err)
 			}
 		}()
 		return c.Cost, nil
 	}
-	return b.settle(holdID, c)
+	return b.settle(holdID, c, false)
 }
 
-func (b *Biller) settle(holdID string, c tollgate.Charge) (tollgate.Amount, error) {
-	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c})
+func (b *Biller) settle(holdID string, c tollgate.Charge, background bool) (tollgate.Amount, error) {
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}, background: background}
+	err := b.run(p)
+	op := p.op
 	if err != nil {
 		return 0, fmt.Errorf("settle %s: %w", holdID, err)
 	}

@@ -343,20 +343,7 @@ func TestCommittedBatchesAnswerOnlyWhenDurable(t *testing.T) {
 // operations take, so that one wait would show.
 func TestLoneClientDoesNotWaitForCompany(t *testing.T) {
 	_, b, a, k := setup(t, billing.Options{NoReserve: true, BatchWait: 2 * time.Second}, tollgate.Dollars(10))
-	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("1")); err != nil { // a stream that stays open
-		t.Fatal(err)
-	}
-	start := time.Now()
-	for range 5 {
-		id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if d := time.Since(start); d > time.Second {
+	if d := loneClient(t, b, a, k); d > time.Second {
 		t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 2s)", d)
 	}
 }
@@ -488,4 +475,62 @@ func TestCommittedBatchDoesNotWaitForAGatheringOne(t *testing.T) {
 	if err := b.Release(context.Background(), ids[2]); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLoneClientDoesNotWaitWithAsyncOrSeveralWorkers: the lone-client
+// guarantee with async settles (a client's next hold comes microseconds after
+// its settle was queued) and with several workers (another worker's slow
+// write says nothing about this client's pace). BatchWait is 2 s, so that one
+// wait would show.
+func TestLoneClientDoesNotWaitWithAsyncOrSeveralWorkers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    billing.Options
+		slow time.Duration // the store's first write takes this long
+	}{
+		{"async settles", billing.Options{NoReserve: true, AsyncSettle: true, BatchWait: 2 * time.Second}, 0},
+		{"four workers", billing.Options{NoReserve: true, Workers: 4, BatchWait: 2 * time.Second}, 200 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, a, k := storeWithAccount(t)
+			b := billing.New(&firstSlowStore{slowStore: slowStore{db: db, d: c.slow}}, c.o)
+			defer b.Close()
+			if d := loneClient(t, b, a, k); d > 400*time.Millisecond {
+				t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 2s)", d)
+			}
+		})
+	}
+}
+
+// firstSlowStore is slowStore whose delay applies to the first write only.
+type firstSlowStore struct {
+	slowStore
+	once sync.Once
+}
+
+func (s *firstSlowStore) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
+	d := time.Duration(0)
+	s.once.Do(func() { d = s.d })
+	time.Sleep(d)
+	return s.db.ApplyBilling(ctx, ops)
+}
+
+// loneClient opens one hold that stays open (a long stream), then runs five
+// hold-and-settle cycles one at a time, and returns how long they took.
+func loneClient(t *testing.T, b *billing.Biller, a tollgate.Account, k tollgate.Key) time.Duration {
+	t.Helper()
+	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("1")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range 5 {
+		id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return time.Since(start)
 }

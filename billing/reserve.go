@@ -155,7 +155,7 @@ func (b *Biller) giveBackLocked(r *resv) {
 	r.busy = c
 	r.pending += x
 	r.mu.Unlock()
-	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: r.id, Return: x,
+	op, err := b.doBackground(tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: r.id, Return: x,
 		Hold: tollgate.Hold{AccountID: r.account, KeyID: r.key}})
 	r.mu.Lock()
 	r.busy = nil
@@ -214,6 +214,7 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	// a closure: this runs once per request.
 	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}}
 	if b.opts.AsyncSettle && c.Cost <= m.amount {
+		p.background = true
 		b.async.Add(1)
 		go func() {
 			defer b.async.Done()
