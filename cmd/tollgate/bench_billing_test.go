@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,10 +228,8 @@ store:
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}}
 	url := m.APIURL() + "/chat/completions"
-	body := `{"model":"bench","max_tokens":64,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
-	if *billBenchStrm {
-		body = `{"model":"bench","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
-	}
+	body := `{"model":"bench","max_tokens":64,"stream":` + strconv.FormatBool(*billBenchStrm) +
+		`,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
 	bb := &billBench{mode: mode, m: m, acct: acct.ID}
 	bb.one = func() (time.Duration, bool) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
