@@ -75,3 +75,18 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
+
+// HTTPErrorBody renders the HTTP server's own answers to requests it could
+// not read (a malformed request line or header, headers too large, an
+// unsupported Transfer-Encoding; httpd.Server.ErrorBody) in the protocol's
+// error envelope, so that every answer of the service has an error.code.
+func HTTPErrorBody(status int, message string) (contentType string, body []byte) {
+	code := tollgate.CodeInvalidRequest
+	switch {
+	case status == http.StatusRequestEntityTooLarge || status == http.StatusRequestHeaderFieldsTooLarge:
+		code = tollgate.CodeRequestTooLarge
+	case status == http.StatusInternalServerError:
+		code = tollgate.CodeInternal
+	}
+	return "application/json", append(openai.ErrorEvent(&tollgate.Error{Code: code, Message: message}), '\n')
+}

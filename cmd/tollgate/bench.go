@@ -85,6 +85,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	pairedOn := fs.Bool("paired", true, "also measure the added latency paired: one client alternating direct, bare proxy, tollgate and a TCP relay request by request (closed loop, and open loop at --rate)")
 	only := fs.String("only", "", "run only the phases whose name contains this text (e.g. \"streamed, 1000/s\")")
 	tokens := fs.Int("tokens", 16, "completion tokens per answer")
+	tokenGap := fs.Duration("token-gap", 0, "the simulator's wait between streamed tokens (0: the whole answer in one burst; a real model's is 5-50ms)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	billingOn := fs.Bool("billing", true, "bill requests (holds, settles, ledger); false measures the serving core alone")
@@ -119,7 +120,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		}()
 	}
 	sim, err := simulate.Start(simulate.Config{Flavour: simulate.VLLM, Models: []string{"bench-up"}, MaxRecorded: -1,
-		ContextLength: 1 << 20, Behaviour: simulate.Behaviour{OutputTokens: *tokens}})
+		ContextLength: 1 << 20, Behaviour: simulate.Behaviour{OutputTokens: *tokens, TokenGap: *tokenGap}})
 	if err != nil {
 		return err
 	}

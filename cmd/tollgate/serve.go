@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/auth"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/httpd"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/traffic"
@@ -39,7 +40,7 @@ type Main struct {
 	Biller  *billing.Biller // nil when billing.disabled
 	Server  *server.Server
 
-	servers []*http.Server
+	servers []*httpd.Server
 	addrs   map[string]string // listener name -> actual address
 	cancel  context.CancelFunc
 	bg      sync.WaitGroup
@@ -111,17 +112,20 @@ func (m *Main) Open(ctx context.Context) error {
 			return fmt.Errorf("listen %s on %s: %w", name, addr, err)
 		}
 		m.addrs[name] = ln.Addr().String()
-		srv := &http.Server{
+		// httpd, not net/http's server: no goroutine per request
+		// (httpd's package comment, docs/performance.md).
+		srv := &httpd.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
-			// No WriteTimeout: streams run for up to timeouts.stream_total and
-			// set their own deadline (relay/stream.go).
-			ErrorLog: slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn),
+			// No write timeout: streams run for up to timeouts.stream_total
+			// and set their own deadline (relay/stream.go).
+			Log:       m.Log.With("listener", name),
+			ErrorBody: server.HTTPErrorBody,
 		}
 		m.servers = append(m.servers, srv)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, httpd.ErrServerClosed) {
 				m.Log.Error("listener stopped", "listener", name, "err", err)
 			}
 		}()
