@@ -64,8 +64,9 @@ type Options struct {
 	// MaxBatch bounds the operations of one transaction. Default 512.
 	MaxBatch int
 	// BatchWait is the longest a batch waits for more operations when
-	// operations come close together (see worker). Default 2ms; negative: no
-	// waiting (each batch is what queued while the last was written).
+	// operations come close together (see worker), counted from the
+	// arrival of its oldest operation. Default 2ms; negative: no waiting
+	// (each batch is what queued while the last was written).
 	BatchWait time.Duration
 	// Workers is how many batches may be in flight at once. SQLite has one
 	// writer, so 1 (the default) is right for it; PostgreSQL can take a few.
@@ -370,7 +371,9 @@ func lingerGap(wait time.Duration) time.Duration { return wait / 4 }
 
 // worker writes batches. Operations that arrive while a batch is being
 // written form the next one (group commit). When operations come close
-// together, a batch waits up to BatchWait for more, which makes the batches
+// together, a batch waits for more until BatchWait after its oldest
+// operation was queued (so one that queued during the last write waits
+// that much less), which makes the batches
 // and the writes they share larger under load (a commit and its sync cost as
 // much as many charges' rows), but stops waiting as soon as every request in
 // flight is already in the batch (nothing else can come soon) or arrivals
@@ -420,9 +423,12 @@ func (b *Biller) worker() {
 		}
 		fg, gap := foreground(batch)
 		if !quitting && b.opts.BatchWait > 0 && len(batch) < limit && fg > 0 && (lastSize > 1 || (b.opts.Workers == 1 && gap < lastWrite)) {
+			// The wait counts from the arrival of the batch's oldest
+			// operation: one that queued while the last batch was written
+			// has already waited that long.
 			start := time.Now()
-			deadline := start.Add(b.opts.BatchWait)
-			timer.Reset(lingerGap(b.opts.BatchWait))
+			deadline := oldest(batch).Add(b.opts.BatchWait)
+			timer.Reset(max(min(lingerGap(b.opts.BatchWait), time.Until(deadline)), 0))
 		wait:
 			for len(batch) < limit && b.open.Load() > 0 {
 				select {
@@ -463,6 +469,17 @@ func (b *Biller) worker() {
 			}
 		}
 	}
+}
+
+// oldest is when the first operation of batch a request waits for was
+// queued.
+func oldest(batch []*pending) time.Time {
+	for _, p := range batch {
+		if !p.background {
+			return p.at
+		}
+	}
+	return time.Now()
 }
 
 // foreground counts the operations of batch that a request waits for, and

@@ -427,6 +427,52 @@ func TestBatchOfOneStillLingers(t *testing.T) {
 	}
 }
 
+// TestBatchWaitCountsFromTheOldestOperation: a batch waits for company
+// until BatchWait after its oldest operation was queued, not after the
+// worker took it. Writes take 200 ms and the wait is 400 ms (a pause of
+// 100 ms in arrivals ends it); settles come every 40 ms for 840 ms. The
+// first, A, is
+// written alone (0-200 ms); B, queued at 40 ms during that write, is in a
+// batch whose wait ends at 440 ms, so B is answered near 640 ms. Counted
+// from when the worker took it (200 ms), the wait would end at 600 ms and B
+// would be answered after 800 ms.
+func TestBatchWaitCountsFromTheOldestOperation(t *testing.T) {
+	db, a, k := storeWithAccount(t)
+	b := billing.New(slowStore{db: db, d: 200 * time.Millisecond}, billing.Options{NoReserve: true, BatchWait: 400 * time.Millisecond})
+	defer b.Close()
+	ids := make([]string, 22) // in flight until 840 ms: the batch never stops for want of company
+	for i := range ids {
+		var err error
+		if ids[i], err = hold(t, b, a, k, tollgate.MustParseAmount("0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	var answeredB time.Duration
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 40 * time.Millisecond)
+			if _, err := b.Settle(context.Background(), ids[i], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+				t.Error(err)
+			}
+			if i == 1 {
+				answeredB = time.Since(start)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("B answered after %v", answeredB)
+	if answeredB >= 760*time.Millisecond {
+		t.Errorf("B was answered after %v: its batch waited from when the worker took it (about 800 ms), not from B's arrival (about 640 ms)", answeredB)
+	}
+	if answeredB < 400*time.Millisecond {
+		t.Errorf("B was answered after %v: its batch did not wait for company at all", answeredB)
+	}
+}
+
 // slowCommitter is slowStore that reports commits before they are durable
 // (billing.Committer, the SQLite store's pipeline).
 type slowCommitter struct{ slowStore }
