@@ -431,11 +431,10 @@ func TestBatchOfOneStillLingers(t *testing.T) {
 // until BatchWait after its oldest operation was queued, not after the
 // worker took it. Writes take 200 ms and the wait is 400 ms (a pause of
 // 100 ms in arrivals ends it); settles come every 40 ms for 840 ms. The
-// first, A, is
-// written alone (0-200 ms); B, queued at 40 ms during that write, is in a
-// batch whose wait ends at 440 ms, so B is answered near 640 ms. Counted
-// from when the worker took it (200 ms), the wait would end at 600 ms and B
-// would be answered after 800 ms.
+// first, A, is written alone (0-200 ms); B, queued at 40 ms during that
+// write, is in a batch whose wait ends at 440 ms, so B is answered near
+// 640 ms. Counted from when the worker took it (200 ms), the wait would
+// end at 600 ms and B would be answered after 800 ms.
 func TestBatchWaitCountsFromTheOldestOperation(t *testing.T) {
 	db, a, k := storeWithAccount(t)
 	b := billing.New(slowStore{db: db, d: 200 * time.Millisecond}, billing.Options{NoReserve: true, BatchWait: 400 * time.Millisecond})
