@@ -7,14 +7,18 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"strings"
+	"sync"
 	"time"
 )
 
 // body is a request body: Content-Length bytes of the connection, or its
-// chunked encoding decoded. It is read on the handler's goroutine only.
+// chunked encoding decoded. A handler may hand it to another goroutine (a
+// proxy does), so reads hold mu, and the connection closes it under mu
+// when the handler returns: after that nobody but the connection reads it.
 type body struct {
 	c         *conn
 	resp      *response
+	mu        sync.Mutex
 	remaining int64     // Content-Length bytes left; -1: chunked
 	chunked   io.Reader // the decoder, for chunked bodies
 	expect    bool      // Expect: 100-continue not answered yet
@@ -36,9 +40,24 @@ func newBody(c *conn, length int64) *body {
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
+	return b.readLocked(p)
+}
+
+// close ends the handler's use of the body (it waits for a read in
+// progress on another goroutine); from then on nothing arms the watcher.
+func (b *body) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.onEOF = nil
+	b.mu.Unlock()
+}
+
+func (b *body) readLocked(p []byte) (int, error) {
 	if b.sawEOF {
 		return 0, io.EOF
 	}
@@ -47,14 +66,12 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 	if b.expect {
 		// The client waits for this before it sends the body (RFC 9110
-		// 10.1.1); it is sent only when the handler wants the body.
+		// 10.1.1); it is sent only when the handler wants the body, and
+		// not once the final response has started.
 		b.expect = false
-		if b.resp == nil || !b.resp.committed {
-			_, _ = b.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-			if err := b.c.bw.Flush(); err != nil {
-				b.err = err
-				return 0, err
-			}
+		if err := b.c.writeContinue(b.resp); err != nil {
+			b.err = err
+			return 0, err
 		}
 	}
 	if len(p) == 0 {
@@ -105,27 +122,36 @@ func (b *body) readTrailer() error {
 			return err
 		}
 		if len(line) == 0 {
+			c.shrinkHead()
 			return io.EOF
+		}
+		// A trailer line is a header line: anything else ends the body in
+		// error (and the connection), so that the end of a chunked body
+		// is never read more leniently than a request head.
+		k, v, ok := strings.Cut(string(line), ":")
+		if v = strings.Trim(v, " \t"); !ok || !isToken(k) || !validValue(v) {
+			return errBadTrailer
 		}
 		if b.trailer == nil {
 			continue
 		}
-		k, v, ok := strings.Cut(string(line), ":")
-		if !ok || !isToken(k) {
-			continue
-		}
 		k = textproto.CanonicalMIMEHeaderKey(k)
 		if _, declared := b.trailer[k]; declared {
-			b.trailer[k] = append(b.trailer[k], strings.Trim(v, " \t"))
+			b.trailer[k] = append(b.trailer[k], v)
 		}
 	}
 }
 
+var errBadTrailer = errors.New("httpd: malformed trailer field in a chunked body")
+
 func (b *body) Close() error { return nil }
 
-// discard reads what the handler left of the body, so that the connection
-// can serve another request; false if that is not worth it or failed.
+// discard reads what the handler left of the body (after close), so that
+// the connection can serve another request; false if that is not worth it
+// or failed.
 func (b *body) discard() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.sawEOF {
 		return true
 	}
@@ -136,9 +162,10 @@ func (b *body) discard() bool {
 	}
 	_ = b.c.nc.SetReadDeadline(time.Now().Add(b.c.s.readHeaderTimeout()))
 	defer b.c.nc.SetReadDeadline(time.Time{})
-	onEOF := b.onEOF
-	b.onEOF = nil // the handler is done: nothing to watch
-	n, _ := io.CopyN(io.Discard, b, maxDiscard+1)
-	b.onEOF = onEOF
+	n, _ := io.CopyN(io.Discard, readerFunc(b.readLocked), maxDiscard+1)
 	return b.sawEOF && n <= maxDiscard
 }
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

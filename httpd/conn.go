@@ -58,8 +58,13 @@ type conn struct {
 	watching   bool               // the watcher is reading (under watchMu)
 	cancel     context.CancelFunc // the current request's (under watchMu)
 	watchDone  chan struct{}
-	readErr    error // the watcher saw the client go away
-	linger     bool  // close with lingerClose
+	armedAt    time.Time // when the current request was armed (under watchMu)
+	readErr    error     // the watcher saw the client go away
+	linger     bool      // close with lingerClose
+
+	// wmu orders the one write that may come from another goroutine (a
+	// body read there sends 100 Continue) with the response's headers.
+	wmu sync.Mutex
 }
 
 // connReader reads the connection, first returning the byte the watcher
@@ -163,6 +168,9 @@ func (c *conn) serveRequest(req *http.Request, hr *headInfo) bool {
 	}
 
 	panicked, aborted := c.runHandler(w, req)
+	if b != nil {
+		b.close() // a goroutine the handler left reading it is done now
+	}
 	c.disarm()
 	cancel()
 	if panicked {
@@ -173,13 +181,14 @@ func (c *conn) serveRequest(req *http.Request, hr *headInfo) bool {
 		return false
 	}
 	w.finish()
-	if b != nil {
-		b.closed = true
-	}
 	if cap(c.respb) > 8<<10 {
 		c.respb = nil // an idle connection keeps no large buffer
 	}
-	if werr := c.bw.Flush(); werr != nil || c.readErr != nil {
+	werr := c.bw.Flush() // still under the handler's write deadline, if it set one
+	if w.deadline {
+		_ = c.nc.SetWriteDeadline(time.Time{})
+	}
+	if werr != nil || c.readErr != nil {
 		return false
 	}
 	if b != nil && !b.sawEOF && w.closeAfter {
@@ -225,6 +234,7 @@ func (c *conn) runHandler(w *response, req *http.Request) (panicked, aborted boo
 func (c *conn) arm() {
 	c.watchMu.Lock()
 	c.watchOn = true
+	c.armedAt = time.Now()
 	c.watchMu.Unlock()
 	c.watchTimer.Reset(c.s.watchDelay())
 }
@@ -249,7 +259,10 @@ func (c *conn) disarm() {
 // request; an error or the end of the stream cancels the request.
 func (c *conn) watch() {
 	c.watchMu.Lock()
-	if !c.watchOn || c.watching {
+	// Not for this request: a timer run of an earlier request that is
+	// late (too soon after this arm; the run for it comes at its time),
+	// or a byte is already held for the next request.
+	if !c.watchOn || c.watching || c.src.peeked || time.Since(c.armedAt) < c.s.watchDelay() {
 		c.watchMu.Unlock()
 		return
 	}
@@ -277,6 +290,18 @@ func (c *conn) watch() {
 	if stopping {
 		c.watchDone <- struct{}{}
 	}
+}
+
+// writeContinue sends 100 Continue unless the final response has started
+// (its body may be read on a goroutine other than the handler's).
+func (c *conn) writeContinue(w *response) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if w != nil && w.started {
+		return nil
+	}
+	_, _ = c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	return c.bw.Flush()
 }
 
 // closeIfIdle closes the connection if it is waiting for a request
@@ -331,7 +356,14 @@ func (c *conn) lingerClose() {
 func (c *conn) writeError(status int, msg string) {
 	ct, body := "text/plain; charset=utf-8", []byte(msg+"\n")
 	if c.s.ErrorBody != nil {
-		ct, body = c.s.ErrorBody(status, msg)
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					c.s.log().Error("ErrorBody panicked", "panic", v)
+				}
+			}()
+			ct, body = c.s.ErrorBody(status, msg)
+		}()
 	}
 	b := c.respb[:0]
 	b = append(b, "HTTP/1.1 "...)
@@ -408,7 +440,15 @@ func (c *conn) readRequest() (*http.Request, *headInfo, error) {
 	// One string for the whole head: the method, path, names and values
 	// are slices of it.
 	head := string(c.head)
+	c.shrinkHead()
 	return c.parse(head, reqLineEnd)
+}
+
+// shrinkHead drops a large head buffer: an idle connection keeps none.
+func (c *conn) shrinkHead() {
+	if cap(c.head) > 8<<10 {
+		c.head = nil
+	}
 }
 
 // parse builds the request from its head (request line, then headers, each
@@ -501,11 +541,11 @@ func (c *conn) parse(head string, reqLineEnd int) (*http.Request, *headInfo, err
 	if u := req.URL; u.Host != "" {
 		req.Host = u.Host // absolute form: the target's authority wins (RFC 9112 3.2.2)
 	}
-	if minor >= 1 && hosts != 1 {
-		if hosts == 0 {
-			return nil, nil, badRequest("missing Host header")
-		}
+	if hosts > 1 {
 		return nil, nil, badRequest("more than one Host header")
+	}
+	if minor >= 1 && hosts == 0 {
+		return nil, nil, badRequest("missing Host header")
 	}
 	if strings.ContainsAny(req.Host, " \t/\\") {
 		return nil, nil, badRequest("malformed Host header")
@@ -533,7 +573,12 @@ func (c *conn) parse(head string, reqLineEnd int) (*http.Request, *headInfo, err
 			for _, v := range tr {
 				for _, k := range strings.Split(v, ",") {
 					if k = strings.Trim(k, " \t"); isToken(k) {
-						req.Trailer[textproto.CanonicalMIMEHeaderKey(k)] = nil
+						k = textproto.CanonicalMIMEHeaderKey(k)
+						switch k {
+						case "Transfer-Encoding", "Trailer", "Content-Length", "Host":
+							return nil, nil, badRequest("forbidden field in the Trailer header: " + k)
+						}
+						req.Trailer[k] = nil
 					}
 				}
 			}

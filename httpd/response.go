@@ -21,12 +21,14 @@ const sniffLen = 512
 
 var errHandlerDone = errors.New("httpd: write after the handler returned")
 
-// response is the http.ResponseWriter of one request. Like net/http's, it is not safe for concurrent use.
+// response is the http.ResponseWriter of one request. Like net/http's, it
+// is not safe for concurrent use.
 type response struct {
 	c      *conn
 	req    *http.Request
-	head   bool // a HEAD request: no body on the wire
-	header http.Header
+	head   bool        // a HEAD request: no body on the wire
+	header http.Header // the handler's; read again at the end for trailers
+	sent   http.Header // a copy taken at WriteHeader: what goes out
 	hi     *headInfo
 
 	status      int
@@ -40,6 +42,7 @@ type response struct {
 	sniff       []byte // the first write, when it did not fit the buffer
 	deadline    bool   // the handler set a write deadline
 	done        bool
+	started     bool // the headers are in the buffer (under c.wmu)
 }
 
 // newResponse starts the response to req. A response is not reused: a
@@ -75,11 +78,14 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
-	if cl := w.header.Get("Content-Length"); cl != "" {
+	// As net/http: later changes to the header map do not go out (but
+	// declared trailers are read from it at the end).
+	w.sent = w.header.Clone()
+	if cl := w.sent.Get("Content-Length"); cl != "" {
 		if n, ok := parseLength(cl); ok {
 			w.length = n
 		} else {
-			w.header.Del("Content-Length")
+			w.sent.Del("Content-Length")
 		}
 	}
 }
@@ -192,14 +198,17 @@ func (w *response) SetReadDeadline(t time.Time) error {
 func (w *response) commit(final bool) {
 	w.committed = true
 	c := w.c
-	h := w.header
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	w.started = true
+	h := w.sent
 	if c.s.closing.Load() {
 		w.closeAfter = true
 	}
 	if tr := h["Trailer"]; len(tr) > 0 && w.req.ProtoMinor >= 1 {
 		for _, v := range tr {
 			for _, k := range strings.Split(v, ",") {
-				if k = strings.TrimSpace(k); k != "" {
+				if k = strings.TrimSpace(k); isToken(k) {
 					w.trailers = append(w.trailers, textproto.CanonicalMIMEHeaderKey(k))
 				}
 			}
@@ -221,7 +230,7 @@ func (w *response) commit(final bool) {
 		h.Del("Content-Length")
 	case w.length >= 0:
 		// The handler's own Content-Length.
-	case final && len(w.trailers) == 0:
+	case final && len(w.trailers) == 0 && !hasPrefixedTrailers(w.header):
 		if !w.head || w.written > 0 {
 			h["Content-Length"] = []string{strconv.FormatInt(w.written, 10)}
 		}
@@ -234,7 +243,7 @@ func (w *response) commit(final bool) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{httpDate(time.Now())}
 	}
-	if _, ok := h["Content-Type"]; !ok && w.bodyAllowed() {
+	if _, ok := h["Content-Type"]; !ok && w.bodyAllowed() && len(h["Content-Encoding"]) == 0 {
 		first := c.respb
 		if len(first) == 0 {
 			first = w.sniff
@@ -283,13 +292,13 @@ func (w *response) finish() {
 	bw := w.c.bw
 	if w.chunked && !w.head {
 		_, _ = bw.WriteString("0\r\n")
-		for _, k := range w.trailers {
+		for _, k := range w.trailers { // tokens (commit)
 			for _, v := range w.header[k] {
 				writeField(bw, k, v)
 			}
 		}
 		for k, vs := range w.header {
-			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && isToken(name) {
 				for _, v := range vs {
 					writeField(bw, textproto.CanonicalMIMEHeaderKey(name), v)
 				}
@@ -301,10 +310,18 @@ func (w *response) finish() {
 		// Fewer bytes than announced: only closing tells the client.
 		w.closeAfter = true
 	}
-	if w.deadline {
-		_ = w.c.nc.SetWriteDeadline(time.Time{})
-	}
 	w.done = true
+}
+
+// hasPrefixedTrailers reports whether the handler set trailers by
+// http.TrailerPrefix (they need a chunked body).
+func hasPrefixedTrailers(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasConnClose reports whether the handler asked to close the connection.

@@ -1,0 +1,205 @@
+package httpd_test
+
+// Regression tests for bugs found in review, each failing before its fix.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/httpd"
+)
+
+// A handler that leaves the body to a goroutine and returns: the goroutine's
+// late read gets an error, never the next request's bytes (run with -race).
+func TestBodyReadAfterHandlerReturned(t *testing.T) {
+	skipInRef(t, "httpd's body lock")
+	late := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/leak" {
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_, err := io.ReadAll(r.Body)
+				late <- err
+			}()
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST /leak HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello")
+	rc.mustResponse("POST")
+	if err := recv(t, late, "the late read"); !errors.Is(err, http.ErrBodyReadAfterClose) {
+		t.Errorf("late read: %v, want ErrBodyReadAfterClose", err)
+	}
+	rc.send("POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 6\r\n\r\nsecond")
+	if _, body := rc.mustResponse("POST"); string(body) != "second" {
+		t.Errorf("next request's body = %q, want %q", body, "second")
+	}
+}
+
+// Headers changed after WriteHeader do not go out: never Content-Length and
+// chunked together.
+func TestHeaderChangesAfterWriteHeaderIgnored(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		w.Header().Set("Content-Length", "40000")
+		w.Header().Set("X-Late", "1")
+		w.Write(bytes.Repeat([]byte("a"), 40000))
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	resp, body := rc.mustResponse("GET")
+	if len(body) != 40000 {
+		t.Errorf("body %d bytes, want 40000", len(body))
+	}
+	if resp.Header.Get("X-Late") != "" {
+		t.Error("a header set after WriteHeader went out")
+	}
+	if len(resp.TransferEncoding) > 0 && resp.ContentLength >= 0 {
+		t.Errorf("both Transfer-Encoding %v and Content-Length %d", resp.TransferEncoding, resp.ContentLength)
+	}
+}
+
+// The handler's write deadline still holds for the end of the response: a
+// client that never reads cannot hold the connection (and Shutdown) forever.
+func TestWriteDeadlineCoversTheEndOfTheResponse(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		w.Header().Set("Content-Length", "3000")
+		w.Write(make([]byte, 3000)) // held in the buffer: the final flush writes it
+	})
+	var hs *httpd.Server
+	ts := startServer(t, h, func(s *httpd.Server) { hs = s })
+	// Fill the connection so that the final flush blocks: many pipelined
+	// requests, no reads.
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	go func() {
+		req := strings.Repeat("GET / HTTP/1.1\r\nHost: h\r\n\r\n", 8000) // 24 MB of answers
+		_, _ = io.WriteString(c, req)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v (a response write to a client that does not read ignored its deadline)", err)
+	}
+}
+
+// Trailer field names that are not tokens never reach the wire (no response
+// splitting through a trailer name).
+func TestTrailerNamesAreChecked(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Ok, Bad Name")
+		w.WriteHeader(200)
+		w.Write([]byte("body"))
+		w.Header().Set("X-Ok", "1")
+		w.Header()[http.TrailerPrefix+"A: b\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil"] = []string{"x"}
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+	resp, body := rc.mustResponse("GET")
+	if string(body) != "body" || resp.Trailer.Get("X-Ok") != "1" {
+		t.Errorf("body %q, trailer %v", body, resp.Trailer)
+	}
+	if rest, _ := rc.drain(closeWithin); len(rest) > 0 {
+		t.Errorf("bytes after the response: %q", rest)
+	}
+}
+
+// Trailers by http.TrailerPrefix make a small body chunked so they are sent.
+func TestPrefixedTrailerOnASmallBody(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("small"))
+		w.Header().Set(http.TrailerPrefix+"X-T", "v")
+	})
+	ts := startServer(t, h)
+	resp, err := newClient(t).Get("http://" + ts.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "small" || resp.Trailer.Get("X-T") != "v" {
+		t.Errorf("body %q, trailer %v", b, resp.Trailer)
+	}
+}
+
+// A chunked body whose trailer section is not made of header lines is an
+// error: what follows is never taken for the next request.
+func TestMalformedChunkedTrailer(t *testing.T) {
+	calls := make(chan string, 4)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		calls <- r.URL.Path
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nGET /smuggled HTTP/1.1\r\nX\x00Y\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n")
+	resp, _ := rc.mustResponse("POST")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d, want 400 (the handler's body read failed)", resp.StatusCode)
+	}
+	rc.drain(closeWithin)
+	close(calls)
+	for p := range calls {
+		if p != "/a" {
+			t.Errorf("the handler was called for %s", p)
+		}
+	}
+}
+
+// Two Host headers are refused in HTTP/1.0 too; a body with Content-Encoding
+// is not sniffed.
+func TestHostTwiceAndContentEncoding(t *testing.T) {
+	skipInRef(t, "ErrorBody")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0})
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n")
+	if resp, _ := rc.mustResponse("GET"); resp.StatusCode != 400 {
+		t.Errorf("two Host headers: %d, want 400", resp.StatusCode)
+	}
+	rc = dialRaw(t, ts.addr)
+	rc.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp, _ := rc.mustResponse("GET"); resp.Header.Get("Content-Type") != "" {
+		t.Errorf("Content-Type %q sniffed despite Content-Encoding", resp.Header.Get("Content-Type"))
+	}
+}
+
+// A panicking ErrorBody does not take the process down; the client still
+// gets an answer.
+func TestErrorBodyPanic(t *testing.T) {
+	skipInRef(t, "ErrorBody")
+	ts := startServer(t, http.NotFoundHandler(), quietLog, func(s *httpd.Server) {
+		s.ErrorBody = func(int, string) (string, []byte) { panic("bug") }
+	})
+	rc := dialRaw(t, ts.addr)
+	rc.send("GARBAGE\r\n\r\n")
+	if resp, _ := rc.mustResponse("GET"); resp.StatusCode != 400 {
+		t.Errorf("status %d, want 400", resp.StatusCode)
+	}
+}
