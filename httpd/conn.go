@@ -188,11 +188,16 @@ func (c *conn) serveRequest(req *http.Request, hr *headInfo) bool {
 	if w.deadline {
 		_ = c.nc.SetWriteDeadline(time.Time{})
 	}
-	if werr != nil || c.readErr != nil {
+	if werr != nil {
 		return false
 	}
-	if b != nil && !b.sawEOF && w.closeAfter {
-		c.linger = true // the client may still be sending the body
+	if c.readErr != nil && c.br.Buffered() == 0 {
+		// The client went away (or shut its side after sending). Requests
+		// it pipelined before that are still answered, as net/http does.
+		return false
+	}
+	if w.closeAfter && (b != nil && !b.sawEOF || c.br.Buffered() > 0) {
+		c.linger = true // the client may still be sending: see lingerClose
 	}
 	return !w.closeAfter && !c.s.closing.Load()
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -201,5 +202,33 @@ func TestErrorBodyPanic(t *testing.T) {
 	rc.send("GARBAGE\r\n\r\n")
 	if resp, _ := rc.mustResponse("GET"); resp.StatusCode != 400 {
 		t.Errorf("status %d, want 400", resp.StatusCode)
+	}
+}
+
+// Requests pipelined before the client shut its side of the connection are
+// all answered, even when the watcher saw the shutdown during a slow one.
+func TestPipelinedThenHalfClosed(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond) // longer than WatchDelay
+		w.Write([]byte(r.URL.Path))
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	var reqs strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&reqs, "GET /%d HTTP/1.1\r\nHost: h\r\n\r\n", i)
+	}
+	rc.send(reqs.String())
+	if err := rc.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		_, body, err := rc.response("GET")
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("/%d", i); string(body) != want {
+			t.Fatalf("response %d: body %q, want %q", i, body, want)
+		}
 	}
 }
