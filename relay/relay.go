@@ -348,27 +348,30 @@ func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID
 // a model. Anything else is final.
 func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.node.BaseURL+"/chat/completions", bytes.NewReader(x.body))
-		if err != nil {
-			return nil, fmt.Errorf("build upstream request: %w", err)
-		}
 		// One map literal with shared, read-only values: the transport only reads them.
-		req.Header = http.Header{
+		header := http.Header{
 			"Content-Type": jsonContentType,
 			"Accept":       acceptBoth,
 			"X-Request-Id": {x.call.RequestID},
 		}
 		if x.node.Key != "" {
-			req.Header["Authorization"] = x.node.authorization()
+			header["Authorization"] = x.node.authorization()
 		}
 		start := x.r.now()
 		var resp *http.Response
+		var err error
 		if h1 := x.r.h1For(x.node); h1 != nil {
-			resp, err = h1.post(ctx, req.Header, x.body)
+			resp, err = h1.post(ctx, header, x.body)
 		} else {
 			// The transport, not http.Client: a model server's redirect is an
 			// error, not something to follow, and the client's bookkeeping
 			// costs allocations on every request.
+			var req *http.Request
+			req, err = http.NewRequestWithContext(ctx, http.MethodPost, x.node.BaseURL+"/chat/completions", bytes.NewReader(x.body))
+			if err != nil {
+				return nil, fmt.Errorf("build upstream request: %w", err)
+			}
+			req.Header = header
 			resp, err = x.r.client.Transport.RoundTrip(req)
 		}
 		x.call.UpstreamTime = x.r.now().Sub(start)

@@ -44,10 +44,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 // readBody reads at most MaxBodyBytes. A larger body is 413 whether it came
 // with a Content-Length or chunked.
 func readBody(buf *bytes.Buffer, r *http.Request) error {
-	tooLarge := tollgate.Errorf(tollgate.CodeRequestTooLarge,
-		"request body is larger than %d bytes (8 MiB; about 6 MiB of file when inlined as base64)", MaxBodyBytes)
+	tooLarge := func() error { // built only when needed: this runs on every request
+		return tollgate.Errorf(tollgate.CodeRequestTooLarge,
+			"request body is larger than %d bytes (8 MiB; about 6 MiB of file when inlined as base64)", MaxBodyBytes)
+	}
 	if r.ContentLength > MaxBodyBytes {
-		return tooLarge
+		return tooLarge()
 	}
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength))
@@ -57,7 +59,7 @@ func readBody(buf *bytes.Buffer, r *http.Request) error {
 		return &tollgate.Error{Code: tollgate.CodeInvalidRequest, Message: "could not read the request body", Err: err}
 	}
 	if n > MaxBodyBytes {
-		return tooLarge
+		return tooLarge()
 	}
 	return nil
 }
