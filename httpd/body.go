@@ -27,6 +27,7 @@ type body struct {
 	closed    bool        // the handler returned
 	trailer   http.Header // the request's declared trailer fields (chunked)
 	onEOF     func()
+	deadline  bool // a read deadline is set for the body (BodyIdleTimeout)
 }
 
 var errBodyTruncated = errors.New("httpd: request body ended early")
@@ -77,6 +78,13 @@ func (b *body) readLocked(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if b.c.br.Buffered() == 0 {
+		// The next bytes come from the client: it may stall them no longer
+		// than BodyIdleTimeout (a slow-loris body would hold the
+		// connection and its handler forever).
+		_ = b.c.nc.SetReadDeadline(time.Now().Add(b.c.s.bodyIdleTimeout()))
+		b.deadline = true
+	}
 	var n int
 	var err error
 	if b.chunked != nil {
@@ -98,6 +106,10 @@ func (b *body) readLocked(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		b.sawEOF = true
+		if b.deadline {
+			_ = b.c.nc.SetReadDeadline(time.Time{}) // before the watcher may read
+			b.deadline = false
+		}
 		if b.onEOF != nil {
 			b.onEOF()
 		}

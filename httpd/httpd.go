@@ -41,6 +41,7 @@ type Server struct {
 	Handler           http.Handler
 	ReadHeaderTimeout time.Duration // default 10s: from a request's first byte to the end of its headers
 	IdleTimeout       time.Duration // default 120s: a kept-alive connection waiting for its next request
+	BodyIdleTimeout   time.Duration // default 60s: the longest a request body may stall (no byte arriving)
 	MaxHeaderBytes    int           // default 1 MiB: request line and headers
 	// WatchDelay is how long a request runs, once its body is read, before
 	// its connection is watched for the client going away (default 1ms);
@@ -62,6 +63,7 @@ type Server struct {
 const (
 	defaultReadHeaderTimeout = 10 * time.Second
 	defaultIdleTimeout       = 120 * time.Second
+	defaultBodyIdleTimeout   = 60 * time.Second
 	defaultMaxHeaderBytes    = 1 << 20
 	defaultWatchDelay        = time.Millisecond
 )
@@ -71,8 +73,11 @@ func (s *Server) readHeaderTimeout() time.Duration {
 }
 
 func (s *Server) idleTimeout() time.Duration { return positiveOr(s.IdleTimeout, defaultIdleTimeout) }
-func (s *Server) maxHeaderBytes() int        { return positiveOr(s.MaxHeaderBytes, defaultMaxHeaderBytes) }
-func (s *Server) watchDelay() time.Duration  { return positiveOr(s.WatchDelay, defaultWatchDelay) }
+func (s *Server) bodyIdleTimeout() time.Duration {
+	return positiveOr(s.BodyIdleTimeout, defaultBodyIdleTimeout)
+}
+func (s *Server) maxHeaderBytes() int       { return positiveOr(s.MaxHeaderBytes, defaultMaxHeaderBytes) }
+func (s *Server) watchDelay() time.Duration { return positiveOr(s.WatchDelay, defaultWatchDelay) }
 
 // positiveOr is v, or def when v is not set (zero or negative).
 func positiveOr[T time.Duration | int](v, def T) T {

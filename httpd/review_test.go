@@ -232,3 +232,31 @@ func TestPipelinedThenHalfClosed(t *testing.T) {
 		}
 	}
 }
+
+// A client that stalls in the middle of its body gets its request failed
+// after BodyIdleTimeout instead of holding the connection forever.
+func TestBodyIdleTimeout(t *testing.T) {
+	skipInRef(t, "BodyIdleTimeout")
+	readErr := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		readErr <- err
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	})
+	ts := startServer(t, h, func(s *httpd.Server) { s.BodyIdleTimeout = 200 * time.Millisecond })
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+	start := time.Now()
+	if err := recv(t, readErr, "the handler's body read"); err == nil {
+		t.Fatal("the body read succeeded with 7 bytes missing")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the stalled body failed after %v, want about 200ms", d)
+	}
+	if resp, _ := rc.mustResponse("POST"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d, want the handler's 400", resp.StatusCode)
+	}
+	rc.expectClosed()
+}
