@@ -421,8 +421,16 @@ func (b *Biller) worker() {
 			}
 			continue
 		}
-		fg, gap := foreground(batch)
-		if !quitting && b.opts.BatchWait > 0 && len(batch) < limit && fg > 0 && (lastSize > 1 || (b.opts.Workers == 1 && gap < lastWrite)) {
+		// A batch of background operations only (async settles) waits too:
+		// nobody waits for it, and without company each would be a commit
+		// of its own. It stops waiting like any batch once no request is
+		// in flight, and as soon as an operation joins that a request
+		// waits for and that would not wait on its own (a lone client's).
+		lingers := func() bool {
+			fg, gap := foreground(batch)
+			return fg == 0 || lastSize > 1 || (b.opts.Workers == 1 && gap < lastWrite)
+		}
+		if !quitting && b.opts.BatchWait > 0 && len(batch) < limit && lingers() {
 			// The wait counts from the arrival of the batch's oldest
 			// operation: one that queued while the last batch was written
 			// has already waited that long.
@@ -439,7 +447,7 @@ func (b *Biller) worker() {
 						continue // a stale wake-up: nothing arrived
 					}
 					left := time.Until(deadline)
-					if left <= 0 {
+					if left <= 0 || !lingers() {
 						break wait
 					}
 					timer.Reset(min(lingerGap(b.opts.BatchWait), left))
@@ -452,7 +460,7 @@ func (b *Biller) worker() {
 			timer.Stop()
 			b.lingering.Add(int64(time.Since(start)))
 		}
-		fg, _ = foreground(batch)
+		fg, _ := foreground(batch)
 		b.committing.Store(true)
 		write := b.apply(batch)
 		b.committing.Store(false)
