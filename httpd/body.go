@@ -27,7 +27,6 @@ type body struct {
 	closed    bool        // the handler returned
 	trailer   http.Header // the request's declared trailer fields (chunked)
 	onEOF     func()
-	deadline  bool // a read deadline is set for the body (BodyIdleTimeout)
 }
 
 var errBodyTruncated = errors.New("httpd: request body ended early")
@@ -46,13 +45,33 @@ func (b *body) Read(p []byte) (int, error) {
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
+	// The client may stall its body no longer than BodyIdleTimeout (a
+	// slow-loris body would hold the connection and its handler forever),
+	// unless the handler set a read deadline of its own.
+	if b.resp == nil || !b.resp.readDeadline {
+		b.c.src.bodyIdle = b.c.s.bodyIdleTimeout()
+		defer func() { b.c.src.bodyIdle = 0 }()
+	}
 	return b.readLocked(p)
 }
 
-// close ends the handler's use of the body (it waits for a read in
-// progress on another goroutine); from then on nothing arms the watcher.
+// close ends the handler's use of the body; from then on nothing arms the
+// watcher. A read still blocked on another goroutine (one the handler left
+// behind) is interrupted, and the body fails: the connection then closes.
 func (b *body) close() {
-	b.mu.Lock()
+	if !b.mu.TryLock() {
+		for {
+			_ = b.c.nc.SetReadDeadline(aLongTimeAgo)
+			if b.mu.TryLock() {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_ = b.c.nc.SetReadDeadline(time.Time{})
+		if !b.sawEOF && b.err == nil {
+			b.err = errBodyTruncated
+		}
+	}
 	b.closed = true
 	b.onEOF = nil
 	b.mu.Unlock()
@@ -78,13 +97,6 @@ func (b *body) readLocked(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if b.c.br.Buffered() == 0 {
-		// The next bytes come from the client: it may stall them no longer
-		// than BodyIdleTimeout (a slow-loris body would hold the
-		// connection and its handler forever).
-		_ = b.c.nc.SetReadDeadline(time.Now().Add(b.c.s.bodyIdleTimeout()))
-		b.deadline = true
-	}
 	var n int
 	var err error
 	if b.chunked != nil {
@@ -106,10 +118,6 @@ func (b *body) readLocked(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		b.sawEOF = true
-		if b.deadline {
-			_ = b.c.nc.SetReadDeadline(time.Time{}) // before the watcher may read
-			b.deadline = false
-		}
 		if b.onEOF != nil {
 			b.onEOF()
 		}

@@ -73,6 +73,9 @@ type connReader struct {
 	nc     net.Conn
 	peeked bool
 	b      [1]byte
+	// bodyIdle, while a handler reads its body: every read of the
+	// connection must bring bytes within it (BodyIdleTimeout).
+	bodyIdle time.Duration
 }
 
 func (r *connReader) Read(p []byte) (int, error) {
@@ -80,6 +83,9 @@ func (r *connReader) Read(p []byte) (int, error) {
 		p[0] = r.b[0]
 		r.peeked = false
 		return 1, nil
+	}
+	if r.bodyIdle > 0 {
+		_ = r.nc.SetReadDeadline(time.Now().Add(r.bodyIdle))
 	}
 	return r.nc.Read(p)
 }
@@ -272,6 +278,10 @@ func (c *conn) watch() {
 		return
 	}
 	c.watching = true
+	// No deadline left from the body or the handler may end this read
+	// and pass for a disconnect. Under watchMu: disarm's deadline in the
+	// past, to interrupt the read, comes after this.
+	_ = c.nc.SetReadDeadline(time.Time{})
 	c.watchMu.Unlock()
 
 	n, err := c.nc.Read(c.src.b[:])

@@ -43,6 +43,9 @@ type response struct {
 	deadline    bool   // the handler set a write deadline
 	done        bool
 	started     bool // the headers are in the buffer (under c.wmu)
+	// readDeadline: the handler set a read deadline; the body's idle
+	// limit then stands aside.
+	readDeadline bool
 }
 
 // newResponse starts the response to req. A response is not reused: a
@@ -67,6 +70,8 @@ func (w *response) WriteHeader(code int) {
 		if w.committed || w.req.ProtoMinor == 0 {
 			return
 		}
+		w.c.wmu.Lock() // a body read elsewhere may send 100 Continue
+		defer w.c.wmu.Unlock()
 		bw := w.c.bw
 		_, _ = bw.WriteString("HTTP/1.1 ")
 		_, _ = bw.Write(appendStatus(nil, code))
@@ -187,6 +192,7 @@ func (w *response) SetWriteDeadline(t time.Time) error {
 // connection is then only read to watch for the client going away.
 func (w *response) SetReadDeadline(t time.Time) error {
 	if b := w.hi.body; b != nil && !b.sawEOF {
+		w.readDeadline = true
 		return w.c.nc.SetReadDeadline(t)
 	}
 	return nil
@@ -209,7 +215,12 @@ func (w *response) commit(final bool) {
 		for _, v := range tr {
 			for _, k := range strings.Split(v, ",") {
 				if k = strings.TrimSpace(k); isToken(k) {
-					w.trailers = append(w.trailers, textproto.CanonicalMIMEHeaderKey(k))
+					k = textproto.CanonicalMIMEHeaderKey(k)
+					switch k {
+					case "Transfer-Encoding", "Content-Length", "Trailer", "Host", "Connection":
+						continue // framing is never a trailer (net/http ignores them too)
+					}
+					w.trailers = append(w.trailers, k)
 				}
 			}
 		}

@@ -260,3 +260,98 @@ func TestBodyIdleTimeout(t *testing.T) {
 	}
 	rc.expectClosed()
 }
+
+// A chunked body that stalls with part of a chunk-size line buffered still
+// hits BodyIdleTimeout.
+func TestBodyIdleTimeoutChunked(t *testing.T) {
+	skipInRef(t, "BodyIdleTimeout")
+	readErr := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		readErr <- err
+	})
+	ts := startServer(t, h, func(s *httpd.Server) { s.BodyIdleTimeout = 200 * time.Millisecond })
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1")
+	if err := recv(t, readErr, "the handler's body read"); err == nil {
+		t.Fatal("the stalled chunked body was read without error")
+	}
+}
+
+// The handler's own read deadline wins over BodyIdleTimeout.
+func TestHandlerReadDeadlineWins(t *testing.T) {
+	skipInRef(t, "BodyIdleTimeout")
+	took := make(chan time.Duration, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		_ = http.NewResponseController(w).SetReadDeadline(start.Add(200 * time.Millisecond))
+		_, _ = io.ReadAll(r.Body)
+		took <- time.Since(start)
+	})
+	ts := startServer(t, h, func(s *httpd.Server) { s.BodyIdleTimeout = 5 * time.Second })
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+	if d := recv(t, took, "the handler's body read"); d > 2*time.Second {
+		t.Errorf("the read ended after %v, want about 200ms (the handler's deadline)", d)
+	}
+}
+
+// A read deadline the handler set does not make the disconnect watcher
+// report a client that is still there.
+func TestWatcherIgnoresHandlerDeadline(t *testing.T) {
+	cancelled := make(chan bool, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_, _ = io.ReadAll(r.Body)
+		select {
+		case <-r.Context().Done():
+			cancelled <- true
+		case <-time.After(300 * time.Millisecond):
+			cancelled <- false
+		}
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc")
+	if recv(t, cancelled, "the handler") {
+		t.Error("the request was cancelled while its client was connected")
+	}
+	rc.mustResponse("POST")
+}
+
+// A body read blocked on a goroutine the handler left behind does not hold
+// up the response.
+func TestLeftBehindReadDoesNotHoldTheResponse(t *testing.T) {
+	skipInRef(t, "httpd's body lock")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		go io.ReadAll(r.Body) // the body never comes
+		time.Sleep(20 * time.Millisecond)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n")
+	start := time.Now()
+	resp, _ := rc.mustResponse("POST")
+	if resp.StatusCode != http.StatusServiceUnavailable || time.Since(start) > 2*time.Second {
+		t.Errorf("status %d after %v, want 503 at once", resp.StatusCode, time.Since(start))
+	}
+}
+
+// Framing fields declared as trailers are ignored: the response keeps its
+// framing.
+func TestFramingIsNeverATrailer(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "Content-Length, Transfer-Encoding")
+		w.Header().Set("Content-Length", "5")
+		w.Write([]byte("hello"))
+	})
+	ts := startServer(t, h)
+	rc := dialRaw(t, ts.addr)
+	rc.send("GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n")
+	for i := range 2 {
+		if _, body := rc.mustResponse("GET"); string(body) != "hello" {
+			t.Errorf("response %d: body %q", i, body)
+		}
+	}
+}
