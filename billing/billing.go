@@ -232,6 +232,10 @@ type pending struct {
 	// reservation's return); it neither makes a batch wait for company nor
 	// counts as the operation before the next one.
 	background bool
+	// async: an async settle or charge, which nobody at all waits for (a
+	// reservation's give-back is background but may hold up a request's
+	// hold): only batches of these wait for company on their own.
+	async bool
 }
 
 // ErrClosed is returned by operations after Close.
@@ -428,7 +432,10 @@ func (b *Biller) worker() {
 		// waits for and that would not wait on its own (a lone client's).
 		lingers := func() bool {
 			fg, gap := foreground(batch)
-			return fg == 0 || lastSize > 1 || (b.opts.Workers == 1 && gap < lastWrite)
+			if fg == 0 {
+				return allAsync(batch)
+			}
+			return lastSize > 1 || (b.opts.Workers == 1 && gap < lastWrite)
 		}
 		if !quitting && b.opts.BatchWait > 0 && len(batch) < limit && lingers() {
 			// The wait counts from the arrival of the batch's oldest
@@ -477,6 +484,16 @@ func (b *Biller) worker() {
 			}
 		}
 	}
+}
+
+// allAsync reports whether every operation of batch is an async settle.
+func allAsync(batch []*pending) bool {
+	for _, p := range batch {
+		if !p.async {
+			return false
+		}
+	}
+	return true
 }
 
 // oldest is when the first operation of batch a request waits for was
@@ -726,7 +743,7 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 }
 
 func (b *Biller) settle(holdID string, c tollgate.Charge, background bool) (tollgate.Amount, error) {
-	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}, background: background}
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}, background: background, async: background}
 	err := b.run(p)
 	op := p.op
 	if err != nil {

@@ -504,6 +504,31 @@ func TestAsyncSettlesShareBatches(t *testing.T) {
 	}
 }
 
+// TestLoneClientWithReservations: with reservations (the default), a hold
+// that makes the reservation give money back waits for that give-back; a
+// batch of it alone must not wait for company while a long request (an open
+// hold) is in flight. BatchWait is 2 s, so one such wait would show.
+func TestLoneClientWithReservations(t *testing.T) {
+	_, b, a, k := setup(t, billing.Options{BatchWait: 2 * time.Second}, tollgate.Dollars(1000))
+	defer b.Close()
+	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01")); err != nil { // stays open
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, amt := range []string{"0.01", "5", "0.01", "20"} {
+		id, err := hold(t, b, a, k, tollgate.MustParseAmount(amt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.001"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Errorf("four holds and settles one at a time took %v: something waited for company", d)
+	}
+}
+
 // slowCommitter is slowStore that reports commits before they are durable
 // (billing.Committer, the SQLite store's pipeline).
 type slowCommitter struct{ slowStore }

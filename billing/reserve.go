@@ -214,7 +214,7 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	// a closure: this runs once per request.
 	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}}
 	if b.opts.AsyncSettle && c.Cost <= m.amount {
-		p.background = true
+		p.background, p.async = true, true
 		b.async.Add(1)
 		go func() {
 			defer b.async.Done()
