@@ -376,12 +376,11 @@ func lingerGap(wait time.Duration) time.Duration { return wait / 4 }
 // worker writes batches. Operations that arrive while a batch is being
 // written form the next one (group commit). When operations come close
 // together, a batch waits for more until BatchWait after its oldest
-// operation was queued (so one that queued during the last write waits
-// that much less), which makes the batches
-// and the writes they share larger under load (a commit and its sync cost as
-// much as many charges' rows), but stops waiting as soon as every request in
-// flight is already in the batch (nothing else can come soon) or arrivals
-// pause (lingerGap). After Close, the worker writes what is queued and
+// operation was queued (so one that queued during the last write waits that
+// much less), which makes the batches and the writes they share larger
+// under load (a commit and its sync cost as much as many charges' rows),
+// but stops waiting as soon as every request in flight is already in the
+// batch (nothing else can come soon) or arrivals pause (lingerGap). After Close, the worker writes what is queued and
 // returns.
 //
 // "Close together" (lingers): the last batch held more than one

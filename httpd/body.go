@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
-	"strings"
 	"sync"
 	"time"
 )
@@ -148,14 +146,10 @@ func (b *body) readTrailer() error {
 		// A trailer line is a header line: anything else ends the body in
 		// error (and the connection), so that the end of a chunked body
 		// is never read more leniently than a request head.
-		k, v, ok := strings.Cut(string(line), ":")
-		if v = strings.Trim(v, " \t"); !ok || !isToken(k) || !validValue(v) {
+		k, v, ferr := parseField(string(line))
+		if ferr != nil {
 			return errBadTrailer
 		}
-		if b.trailer == nil {
-			continue
-		}
-		k = textproto.CanonicalMIMEHeaderKey(k)
 		if _, declared := b.trailer[k]; declared {
 			b.trailer[k] = append(b.trailer[k], v)
 		}

@@ -139,15 +139,11 @@ func (c *conn) serve() {
 			return
 		}
 		_ = c.nc.SetReadDeadline(time.Time{})
+		h := c.s.Handler
 		if req.RequestURI == "*" {
-			// OPTIONS * asks about the server, not a resource: answered
-			// here, as net/http does.
-			if !c.serveOptionsStar(req, hr) {
-				return
-			}
-			continue
+			h = optionsStar // about the server, not a resource: answered here, as net/http does
 		}
-		if !c.serveRequest(req, hr) {
+		if !c.serveRequest(h, req, hr) {
 			return
 		}
 	}
@@ -155,7 +151,7 @@ func (c *conn) serve() {
 
 // serveRequest runs the handler for one request and finishes its response.
 // It reports whether the connection can serve another request.
-func (c *conn) serveRequest(req *http.Request, hr *headInfo) bool {
+func (c *conn) serveRequest(h http.Handler, req *http.Request, hr *headInfo) bool {
 	ctx, cancel := context.WithCancel(c.ctx)
 	req = req.WithContext(ctx)
 	w := newResponse(c, req, hr)
@@ -173,7 +169,7 @@ func (c *conn) serveRequest(req *http.Request, hr *headInfo) bool {
 		b.onEOF = c.arm
 	}
 
-	panicked, aborted := c.runHandler(w, req)
+	panicked, aborted := c.runHandler(h, w, req)
 	if b != nil {
 		b.close() // a goroutine the handler left reading it is done now
 	}
@@ -208,23 +204,14 @@ func (c *conn) serveRequest(req *http.Request, hr *headInfo) bool {
 	return !w.closeAfter && !c.s.closing.Load()
 }
 
-// serveOptionsStar answers OPTIONS * with an empty 200.
-func (c *conn) serveOptionsStar(req *http.Request, hr *headInfo) bool {
-	w := newResponse(c, req, hr)
-	if hr.body != nil {
-		hr.body.resp = w
-	}
-	w.header["Content-Length"] = []string{"0"}
-	w.finish()
-	if hr.body != nil && !hr.body.sawEOF && w.closeAfter {
-		c.linger = true
-	}
-	return c.bw.Flush() == nil && !w.closeAfter && !c.s.closing.Load()
-}
+// optionsStar answers OPTIONS * with an empty 200.
+var optionsStar = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Length", "0")
+})
 
 // runHandler calls the handler, turning a panic into panicked (logged unless
 // it is http.ErrAbortHandler: aborted).
-func (c *conn) runHandler(w *response, req *http.Request) (panicked, aborted bool) {
+func (c *conn) runHandler(h http.Handler, w *response, req *http.Request) (panicked, aborted bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			panicked = true
@@ -236,7 +223,7 @@ func (c *conn) runHandler(w *response, req *http.Request) (panicked, aborted boo
 			}
 		}
 	}()
-	c.s.Handler.ServeHTTP(w, req)
+	h.ServeHTTP(w, req)
 	return false, false
 }
 
@@ -312,7 +299,7 @@ func (c *conn) watch() {
 func (c *conn) writeContinue(w *response) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if w != nil && w.started {
+	if w != nil && w.committed {
 		return nil
 	}
 	_, _ = c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
@@ -505,20 +492,11 @@ func (c *conn) parse(head string, reqLineEnd int) (*http.Request, *headInfo, err
 	keepAlive, closeConn := false, false
 	for i := 0; i < n; i++ {
 		end := strings.IndexByte(lines, '\n')
-		l := strings.TrimSuffix(lines[:end], "\r")
+		k, v, ferr := parseField(strings.TrimSuffix(lines[:end], "\r"))
 		lines = lines[end+1:]
-		if l[0] == ' ' || l[0] == '\t' {
-			return nil, nil, badRequest("obsolete line folding in headers")
+		if ferr != nil {
+			return nil, nil, ferr
 		}
-		colon := strings.IndexByte(l, ':')
-		if colon <= 0 || !isToken(l[:colon]) {
-			return nil, nil, badRequest("malformed header line")
-		}
-		v := strings.Trim(l[colon+1:], " \t")
-		if !validValue(v) {
-			return nil, nil, badRequest("invalid character in a header value")
-		}
-		k := textproto.CanonicalMIMEHeaderKey(l[:colon])
 		switch k {
 		case "Host":
 			hosts++
@@ -534,14 +512,10 @@ func (c *conn) parse(head string, reqLineEnd int) (*http.Request, *headInfo, err
 			encodings++
 			encoding = v
 		case "Connection":
-			for _, tok := range strings.Split(v, ",") {
-				tok = strings.Trim(tok, " \t")
-				if strings.EqualFold(tok, "close") {
-					closeConn = true
-				} else if strings.EqualFold(tok, "keep-alive") {
-					keepAlive = true
-				}
-			}
+			forEachItem([]string{v}, func(tok string) {
+				closeConn = closeConn || strings.EqualFold(tok, "close")
+				keepAlive = keepAlive || strings.EqualFold(tok, "keep-alive")
+			})
 		case "Expect":
 			expect = v
 		}
@@ -585,17 +559,17 @@ func (c *conn) parse(head string, reqLineEnd int) (*http.Request, *headInfo, err
 			// Declared trailer fields: filled in when the body has been
 			// read (net/http's r.Trailer).
 			req.Trailer = http.Header{}
-			for _, v := range tr {
-				for _, k := range strings.Split(v, ",") {
-					if k = strings.Trim(k, " \t"); isToken(k) {
-						k = textproto.CanonicalMIMEHeaderKey(k)
-						switch k {
-						case "Transfer-Encoding", "Trailer", "Content-Length", "Host":
-							return nil, nil, badRequest("forbidden field in the Trailer header: " + k)
-						}
-						req.Trailer[k] = nil
+			var bad string
+			forEachItem(tr, func(k string) {
+				if isToken(k) {
+					if k = textproto.CanonicalMIMEHeaderKey(k); isFramingField(k) {
+						bad = k
 					}
+					req.Trailer[k] = nil
 				}
+			})
+			if bad != "" {
+				return nil, nil, badRequest("forbidden field in the Trailer header: " + bad)
 			}
 			hi.body.trailer = req.Trailer
 		}
@@ -626,6 +600,22 @@ func (c *conn) parse(head string, reqLineEnd int) (*http.Request, *headInfo, err
 	}
 	req.Close = closeConn
 	return req, hi, nil
+}
+
+// parseField splits a header (or trailer) line into its canonical name and
+// its trimmed value, refusing what RFC 9112 5 does not allow.
+func parseField(l string) (k, v string, err *requestError) {
+	if l[0] == ' ' || l[0] == '\t' {
+		return "", "", badRequest("obsolete line folding in headers")
+	}
+	k, v, ok := strings.Cut(l, ":")
+	if !ok || !isToken(k) {
+		return "", "", badRequest("malformed header line")
+	}
+	if v = strings.Trim(v, " \t"); !validValue(v) {
+		return "", "", badRequest("invalid character in a header value")
+	}
+	return textproto.CanonicalMIMEHeaderKey(k), v, nil
 }
 
 // parseVersion parses "HTTP/x.y".

@@ -33,16 +33,18 @@ type response struct {
 
 	status      int
 	wroteHeader bool // the status is decided
-	committed   bool // the status line and headers are in the connection's buffer
-	chunked     bool
-	closeAfter  bool
-	length      int64 // the handler's Content-Length, -1 if none
-	written     int64 // body bytes the handler wrote
-	trailers    []string
-	sniff       []byte // the first write, when it did not fit the buffer
-	deadline    bool   // the handler set a write deadline
-	done        bool
-	started     bool // the headers are in the buffer (under c.wmu)
+	// committed: the status line and headers are in the connection's
+	// buffer. Set under c.wmu, since a body read on another goroutine
+	// checks it before sending 100 Continue.
+	committed  bool
+	chunked    bool
+	closeAfter bool
+	length     int64 // the handler's Content-Length, -1 if none
+	written    int64 // body bytes the handler wrote
+	trailers   []string
+	sniff      []byte // the first write, when it did not fit the buffer
+	deadline   bool   // the handler set a write deadline
+	done       bool
 	// readDeadline: the handler set a read deadline; the body's idle
 	// limit then stands aside.
 	readDeadline bool
@@ -202,28 +204,22 @@ func (w *response) SetReadDeadline(t time.Time) error {
 // then the body held so far. final: the handler has returned, so the whole
 // body is known.
 func (w *response) commit(final bool) {
-	w.committed = true
 	c := w.c
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	w.started = true
+	w.committed = true
 	h := w.sent
 	if c.s.closing.Load() {
 		w.closeAfter = true
 	}
 	if tr := h["Trailer"]; len(tr) > 0 && w.req.ProtoMinor >= 1 {
-		for _, v := range tr {
-			for _, k := range strings.Split(v, ",") {
-				if k = strings.TrimSpace(k); isToken(k) {
-					k = textproto.CanonicalMIMEHeaderKey(k)
-					switch k {
-					case "Transfer-Encoding", "Content-Length", "Trailer", "Host", "Connection":
-						continue // framing is never a trailer (net/http ignores them too)
-					}
+		forEachItem(tr, func(k string) {
+			if isToken(k) {
+				if k = textproto.CanonicalMIMEHeaderKey(k); !isFramingField(k) {
 					w.trailers = append(w.trailers, k)
 				}
 			}
-		}
+		})
 	} else if len(tr) > 0 {
 		delete(h, "Trailer") // no trailers in HTTP/1.0
 	}
@@ -337,12 +333,31 @@ func hasPrefixedTrailers(h http.Header) bool {
 
 // hasConnClose reports whether the handler asked to close the connection.
 func hasConnClose(h http.Header) bool {
-	for _, v := range h["Connection"] {
-		for _, tok := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), "close") {
-				return true
+	found := false
+	forEachItem(h["Connection"], func(tok string) { found = found || strings.EqualFold(tok, "close") })
+	return found
+}
+
+// forEachItem calls f with each element of comma-separated list values
+// (RFC 9110 5.6.1), trimmed, skipping empty ones.
+func forEachItem(vs []string, f func(string)) {
+	for _, v := range vs {
+		for v != "" {
+			var item string
+			item, v, _ = strings.Cut(v, ",")
+			if item = strings.Trim(item, " \t"); item != "" {
+				f(item)
 			}
 		}
+	}
+}
+
+// isFramingField reports whether a field frames or routes the message, and
+// so may never be a trailer (RFC 9110 6.5.1), in a request or a response.
+func isFramingField(k string) bool {
+	switch k {
+	case "Transfer-Encoding", "Content-Length", "Trailer", "Host", "Connection":
+		return true
 	}
 	return false
 }
