@@ -44,6 +44,22 @@ type procFleet struct {
 type proc struct {
 	cmd *exec.Cmd
 	api string // host:port
+
+	mu       sync.Mutex
+	warnings []string // WARN and ERROR log lines after it started serving
+}
+
+// logWarnings reports each process's warnings (to explain a failure: a hold
+// a sweeper released, a charge beyond what the account could pay).
+func logWarnings(t *testing.T, procs []*proc) {
+	t.Helper()
+	for i, p := range procs {
+		p.mu.Lock()
+		for _, w := range p.warnings {
+			t.Logf("process %d: %s", i, w)
+		}
+		p.mu.Unlock()
+	}
 }
 
 // multiprocConfig is a config with short leases so that a dead process's
@@ -118,8 +134,14 @@ func (f *procFleet) start() *proc {
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "tollgate serving" && !sent {
 				ready <- line.API
 				sent = true
-			} else if !sent && !strings.Contains(sc.Text(), `"level":"INFO"`) {
-				f.t.Logf("serve: %s", sc.Text())
+			} else if !strings.Contains(sc.Text(), `"level":"INFO"`) {
+				if !sent {
+					f.t.Logf("serve: %s", sc.Text())
+				} else {
+					p.mu.Lock()
+					p.warnings = append(p.warnings, sc.Text())
+					p.mu.Unlock()
+				}
 			}
 		}
 		if !sent {
@@ -221,6 +243,7 @@ func TestBillingPostgresThreeProcesses(t *testing.T) {
 	waitSettled(t, st, acct.ID)
 	if served.Load() != n || refused.Load() != total-n {
 		t.Errorf("served %d, refused %d; want exactly %d and %d", served.Load(), refused.Load(), n, total-n)
+		logWarnings(t, procs)
 	}
 	b, err := st.Balance(context.Background(), acct.ID)
 	if err != nil || b.Balance != flatHold-1 || b.Held != 0 {
