@@ -83,6 +83,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	modConc := fs.Int("moderate", 4, "concurrent clients for the latency phases (moderate load)")
 	rate := fs.Int("rate", 1000, "requests a second of the fixed-rate (open-loop) phases; 0 skips them")
 	pairedOn := fs.Bool("paired", true, "also measure the added latency paired: one client alternating direct, bare proxy, tollgate and a TCP relay request by request (closed loop, and open loop at --rate)")
+	clientProc := fs.Bool("client-process", false, "run the paired phases' client in a process of its own (the default runs it in this process, sharing Go's scheduler with tollgate)")
 	only := fs.String("only", "", "run only the phases whose name contains this text (e.g. \"streamed, 1000/s\")")
 	tokens := fs.Int("tokens", 16, "completion tokens per answer")
 	tokenGap := fs.Duration("token-gap", 0, "the simulator's wait between streamed tokens (0: the whole answer in one burst; a real model's is 5-50ms)")
@@ -204,10 +205,8 @@ models:
 	relayed := target{"TCP relay", "http://" + relayLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	proxied := target{"bare proxy", "http://" + proxyLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	through := target{"tollgate", m.APIURL() + "/chat/completions", "bench", secret}
-	body := func(model string, stream bool) []byte {
-		return []byte(`{"model":"` + model + `","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Write one short sentence about gateways."}],"temperature":0.7,"stream":` + fmt.Sprint(stream) + `}`)
-	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true}}
+	body := benchBody
+	client := newBenchClient()
 
 	run := func(t target, stream bool, workers int) benchResult {
 		b := body(t.model, stream)
@@ -401,9 +400,24 @@ models:
 			if *only != "" && !strings.Contains(label+", paired", *only) {
 				continue
 			}
-			paired = append(paired, runPaired(ctx, client, targets, body, label+", paired, one client", stream, 0, *warm, *dur))
+			phases := []int{0}
 			if *rate > 0 {
-				paired = append(paired, runPaired(ctx, client, targets, body, fmt.Sprintf("%s, paired, %d/s", label, *rate), stream, *rate, *warm, *dur))
+				phases = append(phases, *rate)
+			}
+			for _, r := range phases {
+				name := label + ", paired, one client"
+				if r > 0 {
+					name = fmt.Sprintf("%s, paired, %d/s", label, r)
+				}
+				if !*clientProc {
+					paired = append(paired, runPaired(ctx, client, targets, body, name, stream, r, *warm, *dur))
+					continue
+				}
+				res, err := runPairedProcess(ctx, c.stderr, targets, name, stream, r, *warm, *dur)
+				if err != nil {
+					return err
+				}
+				paired = append(paired, res)
 			}
 		}
 	}
@@ -467,6 +481,11 @@ models:
 	return nil
 }
 
+// benchBody is the request every phase sends.
+func benchBody(model string, stream bool) []byte {
+	return []byte(`{"model":"` + model + `","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Write one short sentence about gateways."}],"temperature":0.7,"stream":` + fmt.Sprint(stream) + `}`)
+}
+
 // readAnswer reads an answer to its end and returns, for a stream, how long
 // after start its first chunk with content arrived (0 otherwise). buf, when
 // given, is the line buffer.
@@ -492,16 +511,18 @@ func readAnswer(body io.Reader, stream bool, start time.Time, buf []byte) time.D
 // same client, request by request, so that every target sees the machine in
 // the same state; "added" is the median of the per-round differences.
 type pairedResult struct {
-	label    string
-	lat      [4][]time.Duration // direct, bare proxy, tollgate, TCP relay
-	ttft     [4][]time.Duration
-	addedT   []time.Duration // tollgate − direct, per round
-	addedP   []time.Duration // bare proxy − direct, per round
-	addedR   []time.Duration // TCP relay − direct, per round
-	addedTT  []time.Duration // streams: tollgate's time to first content − direct's
-	errors   int
-	rounds   int
-	openRate int
+	Label    string
+	Lat      [4][]time.Duration // direct, bare proxy, tollgate, TCP relay
+	TTFT     [4][]time.Duration
+	AddedT   []time.Duration // tollgate − direct, per round
+	AddedP   []time.Duration // bare proxy − direct, per round
+	AddedR   []time.Duration // TCP relay − direct, per round
+	AddedTT  []time.Duration // streams: tollgate's time to first content − direct's
+	Errors   int
+	Rounds   int
+	OpenRate int
+	// ClientProcess: the client ran in a process of its own.
+	ClientProcess bool
 }
 
 // runPaired measures the targets in rounds: each round sends one request to
@@ -510,7 +531,7 @@ type pairedResult struct {
 // loop, each round spread over as many ticks as there are targets).
 func runPaired(ctx context.Context, client *http.Client, targets [4]target, body func(string, bool) []byte,
 	label string, stream bool, rate int, warm, dur time.Duration) pairedResult {
-	res := pairedResult{label: label, openRate: rate}
+	res := pairedResult{Label: label, OpenRate: rate}
 	once := func(t target) (lat, ttft time.Duration, ok bool) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body(t.model, stream)))
 		req.Header.Set("Content-Type", "application/json")
@@ -549,45 +570,49 @@ func runPaired(ctx context.Context, client *http.Client, targets [4]target, body
 			continue
 		}
 		if !ok {
-			res.errors++
+			res.Errors++
 			continue
 		}
-		res.rounds++
+		res.Rounds++
 		for i := range len(targets) {
-			res.lat[i] = append(res.lat[i], lat[i])
-			res.ttft[i] = append(res.ttft[i], ttft[i])
+			res.Lat[i] = append(res.Lat[i], lat[i])
+			res.TTFT[i] = append(res.TTFT[i], ttft[i])
 		}
-		res.addedT = append(res.addedT, lat[2]-lat[0])
-		res.addedP = append(res.addedP, lat[1]-lat[0])
-		res.addedR = append(res.addedR, lat[3]-lat[0])
+		res.AddedT = append(res.AddedT, lat[2]-lat[0])
+		res.AddedP = append(res.AddedP, lat[1]-lat[0])
+		res.AddedR = append(res.AddedR, lat[3]-lat[0])
 		if stream {
-			res.addedTT = append(res.addedTT, ttft[2]-ttft[0])
+			res.AddedTT = append(res.AddedTT, ttft[2]-ttft[0])
 		}
 	}
 	for i := range len(targets) {
-		slices.Sort(res.lat[i])
-		slices.Sort(res.ttft[i])
+		slices.Sort(res.Lat[i])
+		slices.Sort(res.TTFT[i])
 	}
-	slices.Sort(res.addedT)
-	slices.Sort(res.addedP)
-	slices.Sort(res.addedR)
-	slices.Sort(res.addedTT)
+	slices.Sort(res.AddedT)
+	slices.Sort(res.AddedP)
+	slices.Sort(res.AddedR)
+	slices.Sort(res.AddedTT)
 	return res
 }
 
 func (r pairedResult) print(w io.Writer) {
 	how := "back to back"
-	if r.openRate > 0 {
-		how = fmt.Sprintf("one request every %s", time.Second/time.Duration(r.openRate))
+	if r.OpenRate > 0 {
+		how = fmt.Sprintf("one request every %s", time.Second/time.Duration(r.OpenRate))
 	}
-	fmt.Fprintf(w, "%s (%d rounds of direct, bare proxy, tollgate, TCP relay in turn, %s; %d failed rounds)\n", r.label, r.rounds, how, r.errors)
-	fmt.Fprintf(w, "  p50: direct %s   bare proxy %s   tollgate %s   TCP relay %s\n", pct(r.lat[0], 0.5).Round(time.Microsecond),
-		pct(r.lat[1], 0.5).Round(time.Microsecond), pct(r.lat[2], 0.5).Round(time.Microsecond), pct(r.lat[3], 0.5).Round(time.Microsecond))
+	where := "client in this process"
+	if r.ClientProcess {
+		where = "client in its own process"
+	}
+	fmt.Fprintf(w, "%s (%d rounds of direct, bare proxy, tollgate, TCP relay in turn, %s, %s; %d failed rounds)\n", r.Label, r.Rounds, how, where, r.Errors)
+	fmt.Fprintf(w, "  p50: direct %s   bare proxy %s   tollgate %s   TCP relay %s\n", pct(r.Lat[0], 0.5).Round(time.Microsecond),
+		pct(r.Lat[1], 0.5).Round(time.Microsecond), pct(r.Lat[2], 0.5).Round(time.Microsecond), pct(r.Lat[3], 0.5).Round(time.Microsecond))
 	fmt.Fprintf(w, "  added, median of the rounds' differences: tollgate %s   bare proxy %s   TCP relay %s\n",
-		pct(r.addedT, 0.5).Round(time.Microsecond), pct(r.addedP, 0.5).Round(time.Microsecond), pct(r.addedR, 0.5).Round(time.Microsecond))
-	if len(r.addedTT) > 0 {
-		fmt.Fprintf(w, "  time to first content added: tollgate %s (p50 direct %s, tollgate %s)\n", pct(r.addedTT, 0.5).Round(time.Microsecond),
-			pct(r.ttft[0], 0.5).Round(time.Microsecond), pct(r.ttft[2], 0.5).Round(time.Microsecond))
+		pct(r.AddedT, 0.5).Round(time.Microsecond), pct(r.AddedP, 0.5).Round(time.Microsecond), pct(r.AddedR, 0.5).Round(time.Microsecond))
+	if len(r.AddedTT) > 0 {
+		fmt.Fprintf(w, "  time to first content added: tollgate %s (p50 direct %s, tollgate %s)\n", pct(r.AddedTT, 0.5).Round(time.Microsecond),
+			pct(r.TTFT[0], 0.5).Round(time.Microsecond), pct(r.TTFT[2], 0.5).Round(time.Microsecond))
 	}
 }
 

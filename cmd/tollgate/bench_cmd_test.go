@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,12 +25,40 @@ func TestBenchCommandPaired(t *testing.T) {
 			t.Errorf("no %q phase in:\n%s", label, text)
 		}
 	}
-	rounds := regexp.MustCompile(`\((\d+) rounds of direct, bare proxy, tollgate, TCP relay in turn, back to back; 0 failed rounds\)`)
+	rounds := regexp.MustCompile(`\((\d+) rounds of direct, bare proxy, tollgate, TCP relay in turn, back to back, client in this process; 0 failed rounds\)`)
 	if m := rounds.FindAllStringSubmatch(text, -1); len(m) != 2 || m[0][1] == "0" || m[1][1] == "0" {
 		t.Errorf("want two paired phases with rounds and no failed round, got %q in:\n%s", m, text)
 	}
 	added := regexp.MustCompile(`added, median of the rounds' differences: tollgate -?[0-9.]+[µm]?s   bare proxy -?[0-9.]+[µm]?s   TCP relay -?[0-9.]+[µm]?s`)
 	if n := len(added.FindAllString(text, -1)); n != 2 {
 		t.Errorf("want the added latency of all three for both phases, got %d lines in:\n%s", n, text)
+	}
+}
+
+// TestMain lets the test binary stand in for `tollgate bench-client`, the
+// paired client's own process (bench --client-process re-executes itself).
+func TestMain(m *testing.M) {
+	if os.Getenv(benchClientEnv) == "1" {
+		os.Exit(run(context.Background(), []string{"bench-client"}, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchCommandClientProcess runs the paired phases with the client in a
+// process of its own and checks that the child measured every round.
+func TestBenchCommandClientProcess(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--billing=false", "--duration", "300ms", "--warmup", "50ms",
+		"--only", "streamed, paired", "--rate", "0", "--client-process"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	text := out.String()
+	rounds := regexp.MustCompile(`\((\d+) rounds of direct, bare proxy, tollgate, TCP relay in turn, back to back, client in its own process; 0 failed rounds\)`)
+	if m := rounds.FindAllStringSubmatch(text, -1); len(m) != 2 || m[0][1] == "0" || m[1][1] == "0" {
+		t.Errorf("want two paired phases measured by a client process, got %q in:\n%s", m, text)
+	}
+	if !regexp.MustCompile(`time to first content added: tollgate -?[0-9.]+[µm]?s`).MatchString(text) {
+		t.Errorf("no time to first content from the client process in:\n%s", text)
 	}
 }

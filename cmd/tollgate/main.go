@@ -53,6 +53,8 @@ func newCommand(name string, stdout, stderr io.Writer) command {
 		return &demoCmd{stdout: stdout, stderr: stderr}
 	case "bench":
 		return &benchCmd{stdout: stdout, stderr: stderr}
+	case "bench-client": // run by bench for its paired phases; not in the help
+		return &benchClientCmd{stdout: stdout, stderr: stderr}
 	}
 	return nil
 }
