@@ -533,8 +533,16 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 	start := time.Now()
 	defer func() { b.writing.Add(int64(time.Since(start))) }()
 	ops := make([]*tollgate.BillingOp, len(batch))
+	expires := b.opts.Now().Add(b.opts.Lease)
 	for i, p := range batch {
 		ops[i] = &p.op
+		// A hold's lease counts from its write, not from its request: one
+		// that waited in the queue through a slow spell of the database
+		// must not be written with its lease already run out, for a
+		// sweeper (of any instance) to release while its request runs.
+		if k := p.op.Kind; (k == tollgate.OpHold || k == tollgate.OpReserve) && p.op.Hold.Expires.Before(expires) {
+			p.op.Hold.Expires = expires
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -636,3 +636,78 @@ func loneClient(t *testing.T, b *billing.Biller, a tollgate.Account, k tollgate.
 	}
 	return time.Since(start)
 }
+
+// stallingStore stalls its first batch until the test releases it: the
+// database in a slow spell, with operations queueing behind the write.
+type stallingStore struct {
+	*sqlite.DB
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stallingStore) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.BillingOp) (func(), error) {
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.release
+	})
+	return s.DB.ApplyBillingCommitted(ctx, ops)
+}
+
+// TestHoldLeaseStartsWhenWritten: a hold that waited in the queue for longer
+// than a lease is written with a whole lease ahead of it, so that no sweeper
+// releases the hold of a request that is running (before, its lease counted
+// from the request and it was written already expired).
+func TestHoldLeaseStartsWhenWritten(t *testing.T) {
+	db, a, k := storeWithAccount(t)
+	var mu sync.Mutex
+	now, calls := time.Now(), 0
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return now
+	}
+	called := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	s := &stallingStore{DB: db, entered: make(chan struct{}), release: make(chan struct{})}
+	b := billing.New(s, billing.Options{NoReserve: true, BatchWait: -1, Lease: time.Minute, Now: clock})
+	defer b.Close()
+	ctx := context.Background()
+
+	first := make(chan error, 1)
+	go func() { _, err := hold(t, b, a, k, tollgate.MustParseAmount("1")); first <- err }()
+	<-s.entered // the worker is writing the first batch, and stays there
+	before := called()
+	second := make(chan error, 1)
+	go func() { _, err := hold(t, b, a, k, tollgate.MustParseAmount("2")); second <- err }()
+	for deadline := time.Now().Add(10 * time.Second); called() == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the second hold never read the clock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The second hold is queued behind the stalled write; the write takes
+	// longer than a lease.
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	close(s.release)
+	if err := <-first; err != nil {
+		t.Fatalf("first hold: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second hold: %v", err)
+	}
+	// The first hold's lease began before its (stalled) write and ran out;
+	// the second's began when it was written and is running.
+	if n := b.SweepOnce(ctx); n != 1 {
+		t.Errorf("swept %d holds, want 1 (the first, whose lease ran out; not the second, written a moment ago)", n)
+	}
+	if bal, _ := db.Balance(ctx, a.ID); bal.Held != tollgate.MustParseAmount("2") {
+		t.Errorf("held = %s after the sweep, want the second hold's 2", bal.Held)
+	}
+}
