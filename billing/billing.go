@@ -796,8 +796,26 @@ func (b *Biller) Release(ctx context.Context, holdID string) error {
 // Run renews this instance's leases and sweeps expired holds (of any
 // instance) until ctx ends.
 func (b *Biller) Run(ctx context.Context) error {
-	renew := time.NewTicker(b.opts.Renew)
-	defer renew.Stop()
+	// Renewals have a loop of their own: a sweep, or giving back a slice
+	// that waits for the billing queue, must never hold up the renewal
+	// that keeps this instance's running requests' holds alive.
+	renewed := make(chan struct{})
+	defer func() { <-renewed }()
+	go func() {
+		defer close(renewed)
+		renew := time.NewTicker(b.opts.Renew)
+		defer renew.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-renew.C:
+				if err := b.RenewOnce(ctx); err != nil && ctx.Err() == nil {
+					b.log.Error("renew hold leases", "err", err)
+				}
+			}
+		}
+	}()
 	sweep := time.NewTicker(b.opts.Sweep)
 	defer sweep.Stop()
 	idle := time.NewTicker(b.opts.ReserveIdle / 2)
@@ -807,10 +825,6 @@ func (b *Biller) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-renew.C:
-			if err := b.RenewOnce(ctx); err != nil && ctx.Err() == nil {
-				b.log.Error("renew hold leases", "err", err)
-			}
 		case <-sweep.C:
 			b.SweepOnce(ctx)
 		case <-idle.C:

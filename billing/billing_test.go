@@ -2,8 +2,10 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -709,5 +711,49 @@ func TestHoldLeaseStartsWhenWritten(t *testing.T) {
 	}
 	if bal, _ := db.Balance(ctx, a.ID); bal.Held != tollgate.MustParseAmount("2") {
 		t.Errorf("held = %s after the sweep, want the second hold's 2", bal.Held)
+	}
+}
+
+// stuckSweepStore is a store whose sweep never finishes (a slow spell of the
+// database) and which counts lease renewals.
+type stuckSweepStore struct {
+	*sqlite.DB
+	renewals atomic.Int64
+	stuck    chan struct{}
+}
+
+func (s *stuckSweepStore) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+	select {
+	case <-s.stuck:
+	case <-ctx.Done():
+	}
+	return nil, ctx.Err()
+}
+
+func (s *stuckSweepStore) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
+	s.renewals.Add(1)
+	return s.DB.RenewHolds(ctx, owner, expires, createdAfter)
+}
+
+// TestRenewalsDoNotWaitForTheSweep: the leases of this instance's holds are
+// renewed on time even while a sweep is stuck.
+func TestRenewalsDoNotWaitForTheSweep(t *testing.T) {
+	db, _, _ := storeWithAccount(t)
+	s := &stuckSweepStore{DB: db, stuck: make(chan struct{})}
+	defer close(s.stuck)
+	b := billing.New(s, billing.Options{Lease: time.Second, Renew: 10 * time.Millisecond, Sweep: 10 * time.Millisecond})
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); s.renewals.Load() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in 10 s while a sweep was stuck, want them every 10 ms", s.renewals.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v, want context.Canceled", err)
 	}
 }
