@@ -52,8 +52,9 @@ type benchResult struct {
 	usage procUsage
 }
 
-// target is one of the three things a phase measures.
-type target struct{ name, url, model, key string }
+// target is one of the things a phase measures (fields exported: the paired
+// client's process receives it as JSON).
+type target struct{ Name, URL, Model, Key string }
 
 // procUsage is what getrusage says of the whole process.
 type procUsage struct {
@@ -205,12 +206,11 @@ models:
 	relayed := target{"TCP relay", "http://" + relayLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	proxied := target{"bare proxy", "http://" + proxyLn.Addr().String() + "/v1/chat/completions", "bench-up", ""}
 	through := target{"tollgate", m.APIURL() + "/chat/completions", "bench", secret}
-	body := benchBody
 	client := newBenchClient()
 
 	run := func(t target, stream bool, workers int) benchResult {
-		b := body(t.model, stream)
-		res := benchResult{name: t.name}
+		b := benchBody(t.Model, stream)
+		res := benchResult{name: t.Name}
 		var measuring atomic.Bool
 		var stopFlag atomic.Bool
 		var mu sync.Mutex
@@ -224,10 +224,10 @@ models:
 				buf := make([]byte, 32<<10)
 				for !stopFlag.Load() {
 					start := time.Now()
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(b))
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(b))
 					req.Header.Set("Content-Type", "application/json")
-					if t.key != "" {
-						req.Header.Set("Authorization", "Bearer "+t.key)
+					if t.Key != "" {
+						req.Header.Set("Authorization", "Bearer "+t.Key)
 					}
 					resp, err := client.Do(req)
 					var first time.Duration
@@ -281,8 +281,8 @@ models:
 	// runRate sends requests at a fixed rate, whatever the answers' pace
 	// (open loop): latency at a moderate load that leaves the cores mostly idle.
 	runRate := func(t target, stream bool, perSec int) benchResult {
-		b := body(t.model, stream)
-		res := benchResult{name: t.name}
+		b := benchBody(t.Model, stream)
+		res := benchResult{name: t.Name}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 256)
@@ -291,10 +291,10 @@ models:
 			defer wg.Done()
 			defer func() { <-sem }()
 			start := time.Now()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(b))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(b))
 			req.Header.Set("Content-Type", "application/json")
-			if t.key != "" {
-				req.Header.Set("Authorization", "Bearer "+t.key)
+			if t.Key != "" {
+				req.Header.Set("Authorization", "Bearer "+t.Key)
 			}
 			resp, err := client.Do(req)
 			var first time.Duration
@@ -410,7 +410,7 @@ models:
 					name = fmt.Sprintf("%s, paired, %d/s", label, r)
 				}
 				if !*clientProc {
-					paired = append(paired, runPaired(ctx, client, targets, body, name, stream, r, *warm, *dur))
+					paired = append(paired, runPaired(ctx, client, targets, name, stream, r, *warm, *dur))
 					continue
 				}
 				res, err := runPairedProcess(ctx, c.stderr, targets, name, stream, r, *warm, *dur)
@@ -529,14 +529,14 @@ type pairedResult struct {
 // each, in an order that rotates, and records the differences. rate 0: back
 // to back (one request in flight); else one request every 1/rate (open
 // loop, each round spread over as many ticks as there are targets).
-func runPaired(ctx context.Context, client *http.Client, targets [4]target, body func(string, bool) []byte,
+func runPaired(ctx context.Context, client *http.Client, targets [4]target,
 	label string, stream bool, rate int, warm, dur time.Duration) pairedResult {
 	res := pairedResult{Label: label, OpenRate: rate}
 	once := func(t target) (lat, ttft time.Duration, ok bool) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body(t.model, stream)))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(benchBody(t.Model, stream)))
 		req.Header.Set("Content-Type", "application/json")
-		if t.key != "" {
-			req.Header.Set("Authorization", "Bearer "+t.key)
+		if t.Key != "" {
+			req.Header.Set("Authorization", "Bearer "+t.Key)
 		}
 		start := time.Now()
 		resp, err := client.Do(req)

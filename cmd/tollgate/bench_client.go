@@ -26,12 +26,9 @@ import (
 // (TestMain), since it has no `bench-client` command line of its own.
 const benchClientEnv = "TOLLGATE_BENCH_CLIENT"
 
-// benchTarget is a target as the client process receives it.
-type benchTarget struct{ Name, URL, Model, Key string }
-
 // benchClientSpec is one paired phase, as the parent hands it over on stdin.
 type benchClientSpec struct {
-	Targets [4]benchTarget
+	Targets [4]target
 	Label   string
 	Stream  bool
 	Rate    int
@@ -44,26 +41,17 @@ type benchClientSpec struct {
 // pairedResult as JSON on stdout.
 type benchClientCmd struct {
 	stdout, stderr io.Writer
-	stdin          io.Reader
 }
 
 func (c *benchClientCmd) Run(ctx context.Context, args []string) error {
 	if len(args) != 0 {
 		return fmt.Errorf("bench-client takes no arguments (it is run by tollgate bench)")
 	}
-	in := c.stdin
-	if in == nil {
-		in = os.Stdin
-	}
 	var spec benchClientSpec
-	if err := json.NewDecoder(in).Decode(&spec); err != nil {
+	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
 		return fmt.Errorf("bench-client: reading the phase: %w", err)
 	}
-	var targets [4]target
-	for i, t := range spec.Targets {
-		targets[i] = target{name: t.Name, url: t.URL, model: t.Model, key: t.Key}
-	}
-	res := runPaired(ctx, newBenchClient(), targets, benchBody, spec.Label, spec.Stream, spec.Rate, spec.Warm, spec.Dur)
+	res := runPaired(ctx, newBenchClient(), spec.Targets, spec.Label, spec.Stream, spec.Rate, spec.Warm, spec.Dur)
 	res.ClientProcess = true
 	return json.NewEncoder(c.stdout).Encode(res)
 }
@@ -80,10 +68,7 @@ func runPairedProcess(ctx context.Context, stderr io.Writer, targets [4]target, 
 	if err != nil {
 		return pairedResult{}, err
 	}
-	spec := benchClientSpec{Label: label, Stream: stream, Rate: rate, Warm: warm, Dur: dur}
-	for i, t := range targets {
-		spec.Targets[i] = benchTarget{Name: t.name, URL: t.url, Model: t.model, Key: t.key}
-	}
+	spec := benchClientSpec{Targets: targets, Label: label, Stream: stream, Rate: rate, Warm: warm, Dur: dur}
 	in, err := json.Marshal(spec)
 	if err != nil {
 		return pairedResult{}, err
