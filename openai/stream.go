@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
@@ -55,6 +56,25 @@ type StreamNormalizer struct {
 	done        bool
 	forwarded   int
 	roleSent    uint64 // bit i: choice i already had its role (i < 64)
+	tmpl        chunkTemplate
+	noTemplate  bool         // tests: always take the full path
+	templated   int          // chunks normalised by the template
+	clock       func() int64 // tests: the time when no chunk says
+}
+
+// chunkTemplate is the last forwarded chunk whose only generated text was one
+// string value (a token of content or reasoning), with where that string sits
+// in the chunk and in its normalised form. A server sends every token of a
+// stream in the same bytes but that string, so the next chunk that matches
+// the template byte for byte outside the string is normalised by copying the
+// template's output around the new string (fromTemplate): a few comparisons
+// instead of a walk of the whole chunk, on the relay's hottest loop.
+type chunkTemplate struct {
+	ok               bool
+	buf              []byte
+	in, out          []byte // in buf
+	inStart, inEnd   int    // in[inStart:inEnd] is the string value, quotes included
+	outStart, outEnd int    // out[outStart:outEnd] is the same string
 }
 
 type member struct{ key, raw, val []byte }
@@ -66,6 +86,26 @@ type chunkState struct {
 	finish    bool
 	finishErr bool
 	roleSent  uint64
+
+	// What the chunk generated: the number of values counted as delivered,
+	// and where the last string among them went in the choices written
+	// (for the chunk template).
+	deliveries int
+	text       []byte // the string value, a slice of the chunk
+	textOut    int    // its offset in the choices written
+	roleAdded  bool   // a choice got its first role from the normaliser
+}
+
+// generated notes a text value (content, reasoning, refusal) about to be
+// written at offset at of the choices. A null one generated nothing.
+func (st *chunkState) generated(val []byte, at int) {
+	switch {
+	case len(val) > 0 && val[0] == '"':
+		st.deliveries++
+		st.text, st.textOut = val, at
+	case !isNull(val):
+		st.deliveries += 2 // not a string: no template
+	}
 }
 
 func (n *StreamNormalizer) init() {
@@ -85,6 +125,11 @@ func (n *StreamNormalizer) init() {
 // upstream_error.
 func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	n.init()
+	if n.tmpl.ok {
+		if out, ok := n.fromTemplate(data); ok {
+			return out, nil
+		}
+	}
 	it := newObjIter(data)
 	if it.err != nil {
 		return nil, malformed(data)
@@ -159,11 +204,58 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	n.forwarded++
 	out := n.appendHeader(n.out[:0])
 	out = append(out, `,"choices":`...)
+	choicesAt := len(out)
 	out = append(out, n.choices...)
 	out = append(out, n.rest...)
 	out = append(out, '}')
 	n.out = out
+	if st.deliveries == 1 && st.text != nil && !st.roleAdded && !n.noTemplate {
+		n.keepTemplate(data, out, st.text, choicesAt+st.textOut)
+	}
 	return out, nil
+}
+
+// keepTemplate makes data (normalised to out) the chunk template, its one
+// generated string being text (a slice of data) at out[outStart:]. A chunk
+// that changed what the normaliser remembers in a way its output depends on
+// (a choice's first role) is never a template: the next chunk of the same
+// shape is normalised differently.
+func (n *StreamNormalizer) keepTemplate(data, out, text []byte, outStart int) {
+	inStart := cap(data) - cap(text)
+	if inStart < 0 || inStart+len(text) > len(data) || len(text) < 2 || &data[inStart] != &text[0] ||
+		text[0] != '"' || text[len(text)-1] != '"' {
+		return
+	}
+	t := &n.tmpl
+	t.buf = append(append(t.buf[:0], data...), out...) // one buffer: one allocation a stream
+	t.in, t.out = t.buf[:len(data):len(data)], t.buf[len(data):]
+	t.inStart, t.inEnd = inStart, inStart+len(text)
+	t.outStart, t.outEnd = outStart, outStart+len(text)
+	t.ok = string(t.out[t.outStart:t.outEnd]) == string(text)
+}
+
+// fromTemplate normalises data by the chunk template when data is the
+// template's bytes with another valid JSON string in place of the
+// template's string: the full path would then write the template's output
+// with that string in its place, and count it as delivered.
+func (n *StreamNormalizer) fromTemplate(data []byte) ([]byte, bool) {
+	t := &n.tmpl
+	prefix, suffix := t.in[:t.inStart+1], t.in[t.inEnd-1:] // each with its quote
+	if len(data) < len(prefix)+len(suffix) || !bytes.HasPrefix(data, prefix) || !bytes.HasSuffix(data, suffix) {
+		return nil, false
+	}
+	text := data[t.inStart : len(data)-len(suffix)+1]
+	if end, err := skipString(text, 0); err != nil || end != len(text) {
+		return nil, false // the string ends early, or is not valid
+	}
+	n.delivered += stringLen(text)
+	n.forwarded++
+	n.templated++
+	out := append(n.out[:0], t.out[:t.outStart]...)
+	out = append(out, text...)
+	out = append(out, t.out[t.outEnd:]...)
+	n.out = out
+	return out, true
 }
 
 func (n *StreamNormalizer) appendHeader(dst []byte) []byte {
@@ -226,6 +318,9 @@ func (n *StreamNormalizer) FinalUsage(promptTokens int64) Usage {
 func (n *StreamNormalizer) Created() int64 {
 	if !n.haveCreated {
 		n.created, n.haveCreated = time.Now().Unix(), true
+		if n.clock != nil {
+			n.created = n.clock()
+		}
 	}
 	return n.created
 }
@@ -439,6 +534,7 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 	} else if bit != 0 && st.roleSent&bit == 0 {
 		dst = append(dst, `"role":"assistant"`...)
 		st.roleSent |= bit
+		st.roleAdded = true
 		first = false
 	}
 	for i := s; i < e; i++ {
@@ -465,11 +561,13 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 		switch key {
 		case "reasoning_content":
 			dst = append(dst, `"reasoning":`...)
+			st.generated(m.val, len(dst))
 			dst = append(dst, m.val...)
 			st.delivered += stringLen(m.val)
 		case "content", "reasoning", "refusal":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
+			st.generated(m.val, len(dst))
 			dst = append(dst, m.val...)
 			st.delivered += stringLen(m.val)
 		case "tool_calls":
@@ -478,11 +576,17 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 			if dst, err = n.normToolCalls(dst, m.val, st, inStream); err != nil {
 				return dst, err
 			}
+			if !isNull(m.val) {
+				st.deliveries += 2 // a template holds one string
+			}
 		case "function_call":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
 			dst = append(dst, m.val...)
 			st.delivered += functionBytes(m.val)
+			if !isNull(m.val) {
+				st.deliveries += 2
+			}
 		default:
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')

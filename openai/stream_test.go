@@ -766,7 +766,8 @@ func FuzzStreamChunk(f *testing.F) {
 }
 
 // BenchmarkChunk normalises one typical content delta (vLLM shape), as the
-// relay does once per token.
+// relay does once per token: by the full walk of the chunk, and by the chunk
+// template (the path every token after the first two takes).
 func BenchmarkChunk(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -777,21 +778,31 @@ func BenchmarkChunk(b *testing.B) {
 		{"llamacpp_toolcall_piece", `{"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"city"}}]}}],"created":1795405798,"id":"chatcmpl-mYB1DisTTidGshYY5SzYyCjCDya3Xyts","model":"/models/tiny-chat.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}`},
 		{"openai_usage_null", `{"id":"chatcmpl-Bx1","object":"chat.completion.chunk","created":1795400400,"model":"gpt-4.1-2025-04-14","service_tier":"default","system_fingerprint":"fp_51e1070cf2","choices":[{"index":0,"delta":{"content":" question"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"k3"}`},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			data := []byte(bc.data)
-			n := &StreamNormalizer{ID: testID, Model: testModel, Flavour: VLLM}
-			if _, err := n.Chunk(data); err != nil {
-				b.Fatal(err)
+		for _, path := range []string{"full", "template"} {
+			if path == "template" && strings.Contains(bc.name, "toolcall") {
+				continue // tool-call pieces take the full path
 			}
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if out, err := n.Chunk(data); err != nil || out == nil {
-					b.Fatal(err)
+			b.Run(bc.name+"/"+path, func(b *testing.B) {
+				data := []byte(bc.data)
+				n := &StreamNormalizer{ID: testID, Model: testModel, Flavour: VLLM, noTemplate: path == "full"}
+				for range 2 { // the second makes the template
+					if _, err := n.Chunk(data); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+				b.SetBytes(int64(len(data)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if out, err := n.Chunk(data); err != nil || out == nil {
+						b.Fatal(err)
+					}
+				}
+				if path == "template" && n.templated < b.N {
+					b.Fatalf("%d of %d chunks took the template", n.templated, b.N)
+				}
+			})
+		}
 	}
 }
 
