@@ -199,9 +199,10 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	if u.Estimated {
 		s.w.Header().Set("X-Tollgate-Usage-Estimated", "true")
 	}
-	if _, err := s.w.Write(s.buf); err == nil {
-		_ = s.rc.Flush()
-	}
+	// Not flushed here: the server sends it with the end of the body (the
+	// chunked terminator and the cost trailer) when the handler returns, one
+	// write where a flush here made two.
+	_, _ = s.w.Write(s.buf)
 	return nil
 }
 
