@@ -87,6 +87,9 @@ func (er *EventReader) Reset(r io.Reader) {
 	*er = EventReader{r: r, buf: er.buf, data: er.data[:0], name: er.name[:0], max: er.max, OnWait: er.OnWait}
 }
 
+// BufferSize is the size of the reader's buffer (it grows for long lines).
+func (er *EventReader) BufferSize() int { return cap(er.buf) + cap(er.data) }
+
 // Next returns the next event or comment. It returns io.EOF at the end of the
 // input, ErrLineTooLong for an over-long line, or the underlying read error.
 func (er *EventReader) Next() (Event, error) {

@@ -108,6 +108,15 @@ func (st *chunkState) generated(val []byte, at int) {
 	}
 }
 
+// Reset readies n for another stream with these settings, keeping the
+// buffers it grew (the relay pools normalisers).
+func (n *StreamNormalizer) Reset(id, model string, fl Flavour) {
+	clear(n.members[:cap(n.members)]) // no references into the last stream's chunks
+	*n = StreamNormalizer{ID: id, Model: model, Flavour: fl,
+		idJSON: n.idJSON[:0], modelJSON: n.modelJSON[:0], out: n.out[:0], choices: n.choices[:0],
+		rest: n.rest[:0], members: n.members[:0], tmpl: chunkTemplate{buf: n.tmpl.buf[:0]}}
+}
+
 func (n *StreamNormalizer) init() {
 	if n.inited {
 		return

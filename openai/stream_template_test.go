@@ -187,3 +187,44 @@ func usageString(u Usage) string {
 	}
 	return s
 }
+
+// TestStreamNormalizerReset: a normaliser reset after other streams (as the
+// relay's pool does) writes each stream exactly as a new one does.
+func TestStreamNormalizerReset(t *testing.T) {
+	clock := func() int64 { return 1795400000 }
+	run := func(n *StreamNormalizer, body []byte) []byte {
+		r := NewEventReader(bytes.NewReader(body))
+		var out []byte
+		for {
+			ev, err := r.Next()
+			if err != nil {
+				break
+			}
+			chunk, err := n.Event(ev)
+			if err != nil {
+				break
+			}
+			if chunk != nil {
+				out = AppendData(out, chunk)
+			}
+		}
+		return AppendData(out, n.UsageChunk(n.FinalUsage(testPrompt), nil))
+	}
+	cases := streamCases(t)
+	var reused StreamNormalizer
+	for round := range 2 { // the second round starts each case after another
+		for i := range cases {
+			c := cases[(i+round)%len(cases)]
+			fresh := &StreamNormalizer{ID: testID, Model: testModel, Flavour: c.fl, clock: clock}
+			want := run(fresh, c.body)
+			reused.Reset(testID, testModel, c.fl)
+			reused.clock = clock
+			if got := run(&reused, c.body); !bytes.Equal(got, want) {
+				t.Fatalf("%s after a reset:\n%s\nwant\n%s", c.name, got, want)
+			}
+			if fresh.DeliveredBytes() != reused.DeliveredBytes() || fresh.Forwarded() != reused.Forwarded() {
+				t.Fatalf("%s after a reset: state differs", c.name)
+			}
+		}
+	}
+}

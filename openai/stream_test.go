@@ -814,9 +814,10 @@ func BenchmarkStream(b *testing.B) {
 	var buf []byte
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	var n StreamNormalizer
 	for i := 0; i < b.N; i++ {
 		r.Reset(bytes.NewReader(body))
-		n := StreamNormalizer{ID: testID, Model: testModel, Flavour: LlamaCpp}
+		n.Reset(testID, testModel, LlamaCpp) // as the relay does: pooled
 		for {
 			ev, err := r.Next()
 			if err != nil {

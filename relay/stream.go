@@ -60,7 +60,10 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	stop := s.stopWatchdog
 	defer stop()
 
-	norm := &openai.StreamNormalizer{ID: x.completionID(), Model: x.model.ID, Flavour: x.node.Flavour}
+	sb := streamBufsPool.Get().(*streamBufs)
+	defer sb.put()
+	norm := &sb.norm
+	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
 	var failure, readErr error
 	done := false
 	resp, err := x.send(ctx)
@@ -82,7 +85,8 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 			failure = openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 			break
 		}
-		er := openai.NewEventReader(resp.Body)
+		er := sb.er
+		er.Reset(resp.Body)
 		er.OnWait = s.flush
 		firstToken := false
 		for {
@@ -204,6 +208,26 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// write where a flush here made two.
 	_, _ = s.w.Write(s.buf)
 	return nil
+}
+
+// streamBufs are the buffers a stream grows (the event reader's and the
+// normaliser's), pooled: a stream then allocates none of them.
+type streamBufs struct {
+	er   *openai.EventReader
+	norm openai.StreamNormalizer
+}
+
+var streamBufsPool = sync.Pool{New: func() any { return &streamBufs{er: openai.NewEventReader(nil)} }}
+
+// put returns the buffers to the pool, unless a very long line grew the
+// reader's: those are left to the garbage collector.
+func (sb *streamBufs) put() {
+	sb.er.Reset(nil)
+	sb.er.OnWait = nil
+	if sb.er.BufferSize() > 64<<10 {
+		return
+	}
+	streamBufsPool.Put(sb)
 }
 
 // commit sends the status and headers (under mu).
