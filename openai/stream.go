@@ -96,6 +96,22 @@ type chunkState struct {
 	roleAdded  bool   // a choice got its first role from the normaliser
 }
 
+// functionTexts notes the name and arguments of a tool call's function
+// object, copied as it is at offset at of the choices.
+func (st *chunkState) functionTexts(fn []byte, at int) {
+	it := newTrustedObjIter(fn)
+	for {
+		k, _, v, ok := it.next()
+		if !ok {
+			return
+		}
+		switch string(k) {
+		case "name", "arguments":
+			st.generated(v, at+cap(fn)-cap(v))
+		}
+	}
+}
+
 // generated notes a text value (content, reasoning, refusal) about to be
 // written at offset at of the choices. A null one generated nothing.
 func (st *chunkState) generated(val []byte, at int) {
@@ -585,9 +601,6 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 			if dst, err = n.normToolCalls(dst, m.val, st, inStream); err != nil {
 				return dst, err
 			}
-			if !isNull(m.val) {
-				st.deliveries += 2 // a template holds one string
-			}
 		case "function_call":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
@@ -677,6 +690,7 @@ func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState
 		dst = append(dst, m.val...)
 		if string(m.key) == "function" {
 			st.delivered += functionBytes(m.val)
+			st.functionTexts(m.val, len(dst)-len(m.val))
 		}
 	}
 	if hasID && !hasType {

@@ -88,6 +88,10 @@ func TestStreamTemplateLongAnswers(t *testing.T) {
 			`{"choices":[{"finish_reason":null,"index":0,"delta":{"reasoning_content":%s}}],"created":1795405808,"id":"chatcmpl-3C","model":"/models/tiny-thinking.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}`},
 		{Ollama, `{"id":"chatcmpl-493","object":"chat.completion.chunk","created":1795405808,"model":"tiny-chat","system_fingerprint":"fp_ollama","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]}`,
 			`{"id":"chatcmpl-493","object":"chat.completion.chunk","created":1795405808,"model":"tiny-chat","system_fingerprint":"fp_ollama","choices":[{"index":0,"delta":{"content":%s},"finish_reason":null}]}`},
+		{LlamaCpp, `{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}],"created":1795405798,"id":"chatcmpl-mY","model":"/models/tiny-chat.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}`,
+			`{"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":%s}}]}}],"created":1795405798,"id":"chatcmpl-mY","model":"/models/tiny-chat.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}`},
+		{VLLM, `{"id":"chatcmpl-2","object":"chat.completion.chunk","created":1795400000,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"id":"chatcmpl-tool-1","type":"function","function":{"name":"get_weather","arguments":""}}]},"logprobs":null,"finish_reason":null}]}`,
+			`{"id":"chatcmpl-2","object":"chat.completion.chunk","created":1795400000,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":%s}}]},"logprobs":null,"finish_reason":null}]}`},
 		{SGLang, `{"id":"6f1e","object":"chat.completion.chunk","created":1795400100,"model":"deepseek-r1","choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}`,
 			`{"id":"6f1e","object":"chat.completion.chunk","created":1795400100,"model":"deepseek-r1","choices":[{"index":0,"delta":{"role":null,"content":%s,"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}`},
 	} {
@@ -135,6 +139,17 @@ func TestStreamTemplateEdges(t *testing.T) {
 		{"reasoning_content renamed", [][]byte{
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"a"}}]}`),
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"b\"c"}}]}`)}, 1},
+		{"tool call: name and arguments", [][]byte{
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"name":"f","arguments":"a"}}]}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"name":"f","arguments":"b"}}]}}]}`)}, 0},
+		{"tool call: arguments, then an id", [][]byte{
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":"a"}}]}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":"b\"}"}}]}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":"c"},"id":"x"}]}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":"d"},"id":"x"}]}}]}`)}, 2},
+		{"tool call: arguments not a string", [][]byte{
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":{"k":1}}}]}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":{"k":2}}}]}}]}`)}, 0},
 		{"two strings", [][]byte{
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"a","reasoning":"b"}}]}`),
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"a","reasoning":"c"}}]}`)}, 0},

@@ -779,9 +779,6 @@ func BenchmarkChunk(b *testing.B) {
 		{"openai_usage_null", `{"id":"chatcmpl-Bx1","object":"chat.completion.chunk","created":1795400400,"model":"gpt-4.1-2025-04-14","service_tier":"default","system_fingerprint":"fp_51e1070cf2","choices":[{"index":0,"delta":{"content":" question"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"k3"}`},
 	} {
 		for _, path := range []string{"full", "template"} {
-			if path == "template" && strings.Contains(bc.name, "toolcall") {
-				continue // tool-call pieces take the full path
-			}
 			b.Run(bc.name+"/"+path, func(b *testing.B) {
 				data := []byte(bc.data)
 				n := &StreamNormalizer{ID: testID, Model: testModel, Flavour: VLLM, noTemplate: path == "full"}
