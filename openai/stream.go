@@ -63,7 +63,8 @@ type StreamNormalizer struct {
 }
 
 // chunkTemplate is the last forwarded chunk whose only generated text was one
-// string value (a token of content or reasoning), with where that string sits
+// string value (a token of content or reasoning, a piece of a tool call's
+// arguments), with where that string sits
 // in the chunk and in its normalised form. A server sends every token of a
 // stream in the same bytes but that string, so the next chunk that matches
 // the template byte for byte outside the string is normalised by copying the
@@ -96,8 +97,9 @@ type chunkState struct {
 	roleAdded  bool   // a choice got its first role from the normaliser
 }
 
-// functionTexts notes the name and arguments of a tool call's function
-// object, copied as it is at offset at of the choices.
+// functionTexts notes the name and arguments of a function object (a tool
+// call's, or a legacy function_call), copied as it is at offset at of the
+// choices.
 func (st *chunkState) functionTexts(fn []byte, at int) {
 	it := newTrustedObjIter(fn)
 	for {
@@ -112,9 +114,11 @@ func (st *chunkState) functionTexts(fn []byte, at int) {
 	}
 }
 
-// generated notes a text value (content, reasoning, refusal) about to be
-// written at offset at of the choices. A null one generated nothing.
+// generated counts a text value (content, reasoning, refusal, a function's
+// name or arguments) as delivered and notes that it is about to be written at
+// offset at of the choices. A null one generated nothing.
 func (st *chunkState) generated(val []byte, at int) {
+	st.delivered += stringLen(val)
 	switch {
 	case len(val) > 0 && val[0] == '"':
 		st.deliveries++
@@ -588,13 +592,11 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 			dst = append(dst, `"reasoning":`...)
 			st.generated(m.val, len(dst))
 			dst = append(dst, m.val...)
-			st.delivered += stringLen(m.val)
 		case "content", "reasoning", "refusal":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
 			st.generated(m.val, len(dst))
 			dst = append(dst, m.val...)
-			st.delivered += stringLen(m.val)
 		case "tool_calls":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
@@ -605,10 +607,7 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
 			dst = append(dst, m.val...)
-			st.delivered += functionBytes(m.val)
-			if !isNull(m.val) {
-				st.deliveries += 2
-			}
+			st.functionTexts(m.val, len(dst)-len(m.val))
 		default:
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
@@ -689,7 +688,6 @@ func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState
 		dst = append(dst, ':')
 		dst = append(dst, m.val...)
 		if string(m.key) == "function" {
-			st.delivered += functionBytes(m.val)
 			st.functionTexts(m.val, len(dst)-len(m.val))
 		}
 	}
@@ -700,22 +698,6 @@ func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState
 		dst = append(dst, `"type":"function"`...)
 	}
 	return append(dst, '}'), nil
-}
-
-// functionBytes is the decoded size of a function object's name and arguments.
-func functionBytes(obj []byte) int64 {
-	var total int64
-	it := newTrustedObjIter(obj)
-	for {
-		k, _, v, ok := it.next()
-		if !ok {
-			return total
-		}
-		switch string(k) {
-		case "name", "arguments":
-			total += stringLen(v)
-		}
-	}
 }
 
 // streamFailure turns an upstream error payload (an "error" value, a whole

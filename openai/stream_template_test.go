@@ -150,6 +150,10 @@ func TestStreamTemplateEdges(t *testing.T) {
 		{"tool call: arguments not a string", [][]byte{
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":{"k":1}}}]}}]}`),
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":{"k":2}}}]}}]}`)}, 0},
+		{"legacy function_call pieces", [][]byte{
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","function_call":{"name":"f","arguments":""}}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","function_call":{"arguments":"{\"a"}}}]}`),
+			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","function_call":{"arguments":"\":1}"}}}]}`)}, 1},
 		{"two strings", [][]byte{
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"a","reasoning":"b"}}]}`),
 			[]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"a","reasoning":"c"}}]}`)}, 0},
