@@ -225,7 +225,11 @@ type liveHold struct {
 type pending struct {
 	op   tollgate.BillingOp
 	err  error
-	done chan struct{}
+	done chan struct{} // closed when answered, unless then is set
+	// then, if set, is called instead (on the goroutine that answers the
+	// batch: it must not block): an async settle has nobody waiting, and a
+	// goroutine parked per settle cost more CPU than the wait saved.
+	then func(p *pending)
 	at   time.Time     // when it was queued
 	gap  time.Duration // since the operation queued before it
 	// background: nobody's request waits for it (an async settle, a
@@ -322,6 +326,21 @@ func (b *Biller) run(p *pending) error {
 	<-p.done
 	b.waiting.Add(int64(time.Since(p.at)))
 	return p.err
+}
+
+// runAsync queues p and returns at once; then(p) runs when p is done (or at
+// once, with ErrClosed, after Close). Close waits for it.
+func (b *Biller) runAsync(p *pending, then func(p *pending)) {
+	b.async.Add(1)
+	p.at = time.Now()
+	p.then = func(p *pending) {
+		defer b.async.Done()
+		then(p)
+	}
+	if !b.enqueue(p) {
+		p.err = ErrClosed
+		p.then(p)
+	}
 }
 
 // enqueue adds p to the queue and wakes a worker; false after Close. The
@@ -572,9 +591,18 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 	}
 	for _, p := range batch {
 		p.err = err
-		close(p.done)
+		p.answer()
 	}
 	return write
+}
+
+// answer tells p's caller that p is done (p.err set).
+func (p *pending) answer() {
+	if p.then != nil {
+		p.then(p)
+		return
+	}
+	close(p.done)
 }
 
 // retryAlone applies the operations of a failed batch one by one, so that
@@ -583,7 +611,7 @@ func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollga
 	b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
 	for i, p := range batch {
 		p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
-		close(p.done)
+		p.answer()
 	}
 }
 
@@ -629,7 +657,7 @@ func (b *Biller) acker() {
 		for _, j := range jobs {
 			j.durable()
 			for _, p := range j.batch {
-				close(p.done)
+				p.answer()
 			}
 		}
 	}
@@ -735,24 +763,23 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		// The hold covers the cost, so the charge is the cost whatever else
 		// happens on the account (balance − held ≥ 0 always): it is known
 		// now and written with the next batch.
-		b.async.Add(1)
-		ac := c // only this path moves the charge to the heap
-		go func() {
-			defer b.async.Done()
-			if _, err := b.settle(holdID, ac, true); err != nil {
-				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", ac.RequestID,
-					"hold", holdID, "cost", ac.Cost.String(), "err", err)
+		p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}, background: true, async: true}
+		b.runAsync(p, func(p *pending) {
+			if _, err := b.settleDone(p, p.err); err != nil {
+				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
+					"hold", holdID, "cost", p.op.Charge.Cost.String(), "err", err)
 			}
-		}()
+		})
 		return c.Cost, nil
 	}
-	return b.settle(holdID, c, false)
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}}
+	return b.settleDone(p, b.run(p))
 }
 
-func (b *Biller) settle(holdID string, c tollgate.Charge, background bool) (tollgate.Amount, error) {
-	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}, background: background, async: background}
-	err := b.run(p)
-	op := p.op
+// settleDone accounts for a written (or failed) settle and returns what was
+// charged.
+func (b *Biller) settleDone(p *pending, err error) (tollgate.Amount, error) {
+	op, c, holdID := &p.op, &p.op.Charge, p.op.HoldID
 	if err != nil {
 		return 0, fmt.Errorf("settle %s: %w", holdID, err)
 	}

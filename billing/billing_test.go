@@ -3,6 +3,7 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -160,9 +161,18 @@ func TestBillerReleaseAndSweep(t *testing.T) {
 // are charged one ledger row each; the unused slice goes back when idle and
 // on Wait/Close.
 func TestBillerReservationExactlyN(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async_settle=%v", async), func(t *testing.T) { reservationExactlyN(t, async) })
+	}
+}
+
+// reservationExactlyN: with async settles, each charge is answered by a
+// callback on the billing goroutines, not a goroutine of its own; Wait must
+// still see every one written.
+func reservationExactlyN(t *testing.T, async bool) {
 	const n = 300
 	h := tollgate.MustParseAmount("0.001")
-	db, b, a, k := setup(t, billing.Options{ReserveMinHolds: 1, ReserveMultiple: 8, ReserveIdle: 50 * time.Millisecond}, h*n+h-1)
+	db, b, a, k := setup(t, billing.Options{ReserveMinHolds: 1, ReserveMultiple: 8, ReserveIdle: 50 * time.Millisecond, AsyncSettle: async}, h*n+h-1)
 	ctx := context.Background()
 	var mu sync.Mutex
 	served, refused := 0, 0
@@ -202,6 +212,18 @@ func TestBillerReservationExactlyN(t *testing.T) {
 	bal, _ := db.Balance(ctx, a.ID)
 	if bal.Balance != h-1 || bal.Held != 0 {
 		t.Errorf("balance %s held %s, want %s and 0", bal.Balance, bal.Held, h-1)
+	}
+	if st := b.Stats(); st.Settled != n {
+		t.Errorf("%d settles counted after Wait, want %d", st.Settled, n)
+	}
+	rows := 0
+	if err := db.Ledger(ctx, tollgate.UsageFilter{AccountID: a.ID}, func(e tollgate.LedgerEntry) error {
+		if e.Kind == tollgate.LedgerCharge {
+			rows++
+		}
+		return nil
+	}); err != nil || rows != n {
+		t.Errorf("%d charge rows (%v), want %d", rows, err, n)
 	}
 	if r, err := billing.Audit(ctx, db, time.Now(), 0); err != nil || !r.OK {
 		t.Errorf("audit: %v %v", r.Problems, err)

@@ -215,13 +215,11 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}}
 	if b.opts.AsyncSettle && c.Cost <= m.amount {
 		p.background, p.async = true, true
-		b.async.Add(1)
-		go func() {
-			defer b.async.Done()
-			if _, err := b.finishCharge(m, p, b.run(p)); err != nil {
+		b.runAsync(p, func(p *pending) {
+			if _, err := b.finishCharge(m, p, p.err); err != nil {
 				b.log.Error("settle failed; the hold stays in flight", "request_id", p.op.Charge.RequestID, "hold", holdID, "err", err)
 			}
-		}()
+		})
 		return c.Cost, nil
 	}
 	return b.finishCharge(m, p, b.run(p))
