@@ -24,7 +24,7 @@ type body struct {
 	err       error       // sticky
 	closed    bool        // the handler returned
 	trailer   http.Header // the request's declared trailer fields (chunked)
-	onEOF     func()
+	armOnEOF  bool        // arm the connection's watcher at the end of the body
 }
 
 var errBodyTruncated = errors.New("httpd: request body ended early")
@@ -71,7 +71,7 @@ func (b *body) close() {
 		}
 	}
 	b.closed = true
-	b.onEOF = nil
+	b.armOnEOF = false
 	b.mu.Unlock()
 }
 
@@ -116,8 +116,8 @@ func (b *body) readLocked(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		b.sawEOF = true
-		if b.onEOF != nil {
-			b.onEOF()
+		if b.armOnEOF {
+			b.c.arm()
 		}
 	} else if err != nil {
 		b.err = err

@@ -166,7 +166,7 @@ func (c *conn) serveRequest(h http.Handler, req *http.Request, hr *headInfo) boo
 	if b == nil {
 		c.arm() // nothing else will read the connection until the next request
 	} else {
-		b.onEOF = c.arm
+		b.armOnEOF = true // not a method value: that cost an allocation a request
 	}
 
 	panicked, aborted := c.runHandler(h, w, req)
@@ -375,7 +375,7 @@ func (c *conn) writeError(status int, msg string) {
 	b = append(b, "\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\nConnection: close\r\nDate: "...)
-	b = append(b, httpDate(time.Now())...)
+	b = append(b, httpDate(time.Now())[0]...)
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, body...)
 	c.respb = b[:0]

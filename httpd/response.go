@@ -42,8 +42,9 @@ type response struct {
 	length     int64 // the handler's Content-Length, -1 if none
 	written    int64 // body bytes the handler wrote
 	trailers   []string
-	sniff      []byte // the first write, when it did not fit the buffer
-	deadline   bool   // the handler set a write deadline
+	trailerArr [2]string // trailers' first backing array (one allocation fewer)
+	sniff      []byte    // the first write, when it did not fit the buffer
+	deadline   bool      // the handler set a write deadline
 	done       bool
 	// readDeadline: the handler set a read deadline; the body's idle
 	// limit then stands aside.
@@ -87,7 +88,7 @@ func (w *response) WriteHeader(code int) {
 	w.status = code
 	// As net/http: later changes to the header map do not go out (but
 	// declared trailers are read from it at the end).
-	w.sent = w.header.Clone()
+	w.sent = cloneHeader(w.header)
 	if cl := w.sent.Get("Content-Length"); cl != "" {
 		if n, ok := parseLength(cl); ok {
 			w.length = n
@@ -96,6 +97,36 @@ func (w *response) WriteHeader(code int) {
 		}
 	}
 }
+
+// cloneHeader copies h as http.Header.Clone does (one array for all the
+// values), into a map with room for the fields commit adds (Date,
+// Transfer-Encoding or Content-Length, Connection, Content-Type): growing
+// the map there cost a second allocation on every response.
+func cloneHeader(h http.Header) http.Header {
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	vals := make([]string, n)
+	out := make(http.Header, len(h)+4)
+	for k, vs := range h {
+		if vs == nil {
+			out[k] = nil
+			continue
+		}
+		n := copy(vals, vs)
+		out[k] = vals[:n:n]
+		vals = vals[n:]
+	}
+	return out
+}
+
+// Values commit puts into the header it sends (never changed in place).
+var (
+	chunkedValue   = []string{"chunked"}
+	keepAliveValue = []string{"keep-alive"}
+	closeValue     = []string{"close"}
+)
 
 // bodyAllowed reports whether the status may have a body (RFC 9110 6.4.1).
 func (w *response) bodyAllowed() bool {
@@ -154,8 +185,9 @@ func (w *response) writeBody(p []byte) error {
 		return nil
 	}
 	if w.chunked {
-		var hdr [18]byte
-		b := strconv.AppendInt(hdr[:0], int64(len(p)), 16)
+		// The chunk size goes straight into the writer's free space: a
+		// local array would escape through bw.Write (an allocation a chunk).
+		b := strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16)
 		b = append(b, '\r', '\n')
 		_, _ = bw.Write(b)
 		_, _ = bw.Write(p)
@@ -213,13 +245,18 @@ func (w *response) commit(final bool) {
 		w.closeAfter = true
 	}
 	if tr := h["Trailer"]; len(tr) > 0 && w.req.ProtoMinor >= 1 {
-		forEachItem(tr, func(k string) {
-			if isToken(k) {
-				if k = textproto.CanonicalMIMEHeaderKey(k); !isFramingField(k) {
-					w.trailers = append(w.trailers, k)
+		w.trailers = w.trailerArr[:0]
+		for _, v := range tr {
+			for v != "" {
+				var k string
+				k, v, _ = strings.Cut(v, ",")
+				if k = strings.Trim(k, " \t"); k != "" && isToken(k) {
+					if k = textproto.CanonicalMIMEHeaderKey(k); !isFramingField(k) {
+						w.trailers = append(w.trailers, k)
+					}
 				}
 			}
-		})
+		}
 	} else if len(tr) > 0 {
 		delete(h, "Trailer") // no trailers in HTTP/1.0
 	}
@@ -243,12 +280,12 @@ func (w *response) commit(final bool) {
 		}
 	case w.req.ProtoMinor >= 1:
 		w.chunked = true
-		h["Transfer-Encoding"] = []string{"chunked"}
+		h["Transfer-Encoding"] = chunkedValue
 	default:
 		w.closeAfter = true // HTTP/1.0: the body ends with the connection
 	}
 	if _, ok := h["Date"]; !ok {
-		h["Date"] = []string{httpDate(time.Now())}
+		h["Date"] = httpDate(time.Now())
 	}
 	if _, ok := h["Content-Type"]; !ok && w.bodyAllowed() && len(h["Content-Encoding"]) == 0 {
 		first := c.respb
@@ -262,10 +299,10 @@ func (w *response) commit(final bool) {
 	w.sniff = nil
 	if w.closeAfter {
 		if !hasConnClose(h) {
-			h["Connection"] = []string{"close"}
+			h["Connection"] = closeValue
 		}
 	} else if w.hi.keepAlive {
-		h["Connection"] = []string{"keep-alive"}
+		h["Connection"] = keepAliveValue
 	}
 
 	bw := c.bw
@@ -408,20 +445,21 @@ func appendStatus(b []byte, code int) []byte {
 	return append(b, text...)
 }
 
-// httpDate is now in the Date header's format, formatted once a second.
-func httpDate(now time.Time) string {
+// httpDate is now in the Date header's format, formatted once a second, as
+// a header value (shared: never changed in place).
+func httpDate(now time.Time) []string {
 	sec := now.Unix()
 	if d := cachedDate.Load(); d != nil && d.sec == sec {
-		return d.text
+		return d.value
 	}
-	d := &dateText{sec: sec, text: now.UTC().Format(http.TimeFormat)}
+	d := &dateText{sec: sec, value: []string{now.UTC().Format(http.TimeFormat)}}
 	cachedDate.Store(d)
-	return d.text
+	return d.value
 }
 
 type dateText struct {
-	sec  int64
-	text string
+	sec   int64
+	value []string
 }
 
 var cachedDate atomic.Pointer[dateText]
