@@ -25,7 +25,7 @@ var (
 type streamer struct {
 	x   *exchange
 	w   http.ResponseWriter
-	rc  *http.ResponseController
+	rc  http.ResponseController // a value: one allocation fewer a stream
 	mu  sync.Mutex
 	buf []byte
 
@@ -33,6 +33,7 @@ type streamer struct {
 	// quickly never runs it, and ending it needs no hand-off.
 	watch   *time.Timer
 	period  time.Duration
+	endBy   int64 // unix nanos: the total cap (timeouts.stream_total) ends the stream then
 	cancel  context.CancelCauseFunc
 	stopped bool // the watchdog must do nothing more (under mu)
 
@@ -47,21 +48,22 @@ type streamer struct {
 func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	defer cancel(nil)
-	totalTimer := time.AfterFunc(x.r.opts.StreamTotal, func() { cancel(errStreamTotal) })
-	defer totalTimer.Stop()
 
 	// The watchdog runs from the start: a backend that is slow to send even
 	// its headers (queueing, long prefill) still gets keep-alives to the client.
-	s := &streamer{x: x, w: w, rc: http.NewResponseController(w)}
+	// It also ends a stream at its total cap (no timer of its own).
+	s := &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
 	now := x.r.now().UnixNano()
 	s.lastWrite.Store(now)
 	s.lastUpstream.Store(now)
+	s.endBy = now + int64(x.r.opts.StreamTotal)
 	s.startWatchdog(cancel)
 	stop := s.stopWatchdog
 	defer stop()
 
 	sb := streamBufsPool.Get().(*streamBufs)
-	defer sb.put()
+	defer sb.put(s)
+	s.buf = sb.buf[:0]
 	norm := &sb.norm
 	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
 	var failure, readErr error
@@ -87,7 +89,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		}
 		er := sb.er
 		er.Reset(resp.Body)
-		er.OnWait = s.flush
+		sb.cur, er.OnWait = s, sb.flushCur
 		firstToken := false
 		for {
 			ev, err := er.Next()
@@ -215,16 +217,29 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 type streamBufs struct {
 	er   *openai.EventReader
 	norm openai.StreamNormalizer
+	buf  []byte // the streamer's output buffer
+
+	// flushCur flushes cur: the event reader's OnWait, made once per
+	// pooled set rather than a method value per stream.
+	cur      *streamer
+	flushCur func()
 }
 
-var streamBufsPool = sync.Pool{New: func() any { return &streamBufs{er: openai.NewEventReader(nil)} }}
+var streamBufsPool = sync.Pool{New: func() any {
+	sb := &streamBufs{er: openai.NewEventReader(nil)}
+	sb.flushCur = func() { sb.cur.flush() }
+	return sb
+}}
 
-// put returns the buffers to the pool, unless a very long line grew the
-// reader's: those are left to the garbage collector.
-func (sb *streamBufs) put() {
+// put takes back s's output buffer and returns the buffers to the pool,
+// unless a very long line or chunk grew them: those are left to the garbage
+// collector.
+func (sb *streamBufs) put(s *streamer) {
 	sb.er.Reset(nil)
 	sb.er.OnWait = nil
-	if sb.er.BufferSize() > 64<<10 {
+	sb.cur = nil
+	sb.buf = s.buf[:0]
+	if sb.er.BufferSize() > 64<<10 || cap(sb.buf) > 64<<10 {
 		return
 	}
 	streamBufsPool.Put(sb)
@@ -288,7 +303,8 @@ func (s *streamer) startWatchdog(cancel context.CancelCauseFunc) {
 	o := s.x.r.opts
 	s.mu.Lock() // tick takes mu first, so it sees s.watch set
 	defer s.mu.Unlock()
-	s.period = max(min(o.KeepAlive, o.StreamIdle)/4, 5*time.Millisecond)
+	// A quarter of the shortest limit: each is enforced within 25% of itself.
+	s.period = max(min(o.KeepAlive, o.StreamIdle, o.StreamTotal)/4, 5*time.Millisecond)
 	s.cancel = cancel
 	s.watch = time.AfterFunc(s.period, s.tick)
 }
@@ -311,6 +327,10 @@ func (s *streamer) tick() {
 		return
 	}
 	now := s.x.r.now().UnixNano()
+	if now >= s.endBy {
+		s.cancel(errStreamTotal)
+		return
+	}
 	if time.Duration(now-s.lastUpstream.Load()) >= o.StreamIdle {
 		s.cancel(errStreamIdle)
 		return

@@ -17,7 +17,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ri := infoFrom(r.Context())
+	ri := infoFrom(w)
 	call := &relay.Call{Key: key, Account: acct}
 	if ri != nil {
 		call.RequestID = ri.id

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
@@ -35,17 +34,20 @@ func (g *requestIDs) next() string {
 	return string(out)
 }
 
-type ctxKey struct{}
-
 // requestInfo collects what the access log line says about a request.
 type requestInfo struct {
 	id   string
 	call *relay.Call
 }
 
-func infoFrom(ctx context.Context) *requestInfo {
-	ri, _ := ctx.Value(ctxKey{}).(*requestInfo)
-	return ri
+// infoFrom returns the request's info from the writer the middleware handed
+// to the handler (nil for any other writer). Not a context value: that cost
+// a copy of the request and a context on every request.
+func infoFrom(w http.ResponseWriter) *requestInfo {
+	if sw, ok := w.(*statusWriter); ok {
+		return &sw.ri
+	}
+	return nil
 }
 
 // statusWriter remembers the status for the access log. It unwraps for
@@ -54,6 +56,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	ri     requestInfo // in the same allocation
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -86,10 +89,10 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &requestInfo{id: s.ids.next()}
-		w.Header().Set("X-Request-Id", ri.id)
 		sw := &statusWriter{ResponseWriter: w}
-		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		ri := &sw.ri
+		ri.id = s.ids.next()
+		w.Header().Set("X-Request-Id", ri.id)
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {

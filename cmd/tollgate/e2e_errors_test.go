@@ -464,6 +464,31 @@ func TestNodeComesBackAfterProbe(t *testing.T) {
 	}
 }
 
+// A stream that runs past timeouts.stream_total is ended with a usage chunk
+// and a timeout error event, even while tokens keep coming.
+func TestStreamTotalCap(t *testing.T) {
+	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 30ms\n  stream_idle: 300ms\n  stream_total: 400ms\n"})
+	start := time.Now()
+	status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim tokens=100 gap=40ms]"}]}`, nil)
+	took := time.Since(start)
+	if status != 200 || bytes.Contains(b, []byte("[DONE]")) {
+		t.Fatalf("stream past its total cap: %d %s", status, b)
+	}
+	events := bytes.Split(bytes.TrimSpace(b), []byte("\n\n"))
+	last := events[len(events)-1]
+	code, _, _, msg := errorBody(t, bytes.TrimPrefix(last, []byte("data: ")))
+	if code != "timeout" || !strings.Contains(msg, "maximum duration") {
+		t.Errorf("last event = %s, want the total cap's timeout", last)
+	}
+	if !bytes.Contains(events[len(events)-2], []byte(`"choices":[],"usage":{`)) {
+		t.Errorf("no usage chunk before the error event: %s", events[len(events)-2])
+	}
+	// 100 tokens 40 ms apart take 4 s: the cap (checked every 7.5 ms here) ended it long before.
+	if took > 2*time.Second {
+		t.Errorf("the stream ran %s; its total cap is 400ms", took)
+	}
+}
+
 // A backend that stays silent past the idle cap before it even sends its
 // headers ends the stream the same way as one silent after them: timeout.
 func TestStreamIdleBeforeHeadersIsTimeout(t *testing.T) {
