@@ -348,21 +348,25 @@ func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID
 // a model. Anything else is final.
 func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		// One map literal with shared, read-only values: the transport only reads them.
-		header := http.Header{
-			"Content-Type": jsonContentType,
-			"Accept":       acceptBoth,
-			"X-Request-Id": {x.call.RequestID},
-		}
-		if x.node.Key != "" {
-			header["Authorization"] = x.node.authorization()
-		}
 		start := x.r.now()
 		var resp *http.Response
 		var err error
 		if h1 := x.r.h1For(x.node); h1 != nil {
-			resp, err = h1.post(ctx, header, x.body)
+			head := upstreamHead{requestID: x.call.RequestID}
+			if x.node.Key != "" {
+				head.authorization = x.node.authorization()[0]
+			}
+			resp, err = h1.post(ctx, head, x.body)
 		} else {
+			// One map literal with shared, read-only values: the transport only reads them.
+			header := http.Header{
+				"Content-Type": jsonContentType,
+				"Accept":       acceptBoth,
+				"X-Request-Id": {x.call.RequestID},
+			}
+			if x.node.Key != "" {
+				header["Authorization"] = x.node.authorization()
+			}
 			// The transport, not http.Client: a model server's redirect is an
 			// error, not something to follow, and the client's bookkeeping
 			// costs allocations on every request.

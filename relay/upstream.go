@@ -19,9 +19,9 @@ import (
 // the request's own goroutine writes the request and reads the answer on a
 // pooled keep-alive connection, where net/http's transport hands each
 // exchange to two goroutines of its own. That hand-off is a large part of
-// what a hop costs on loopback. Answers are parsed by http.ReadResponse,
-// the same parser the transport uses. https upstreams keep net/http (TLS,
-// HTTP/2).
+// what a hop costs on loopback. Answers are parsed by readResponse
+// (response.go), a lean reader that keeps only what the gateway uses.
+// https upstreams keep net/http (TLS, HTTP/2).
 type h1Pool struct {
 	host    string // host:port to dial
 	hostHdr string // Host header
@@ -40,6 +40,15 @@ type h1Conn struct {
 	br     *bufio.Reader
 	reused bool
 	idleAt time.Time
+	head   []byte    // the request head's buffer, reused by every exchange
+	bufs   [2][]byte // head and body, for one writev
+}
+
+// upstreamHead is what varies in a request's head; the rest is the same on
+// every request to a node (POST path, Host, JSON in, JSON or SSE out).
+type upstreamHead struct {
+	requestID     string // X-Request-Id
+	authorization string // the whole Authorization value; "" sends none
 }
 
 // maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
@@ -122,7 +131,7 @@ func (p *h1Pool) closeIdle() {
 // had closed (keep-alive timeouts are short: llama.cpp says timeout=5,
 // max=100) is retried once on a newly dialled connection, as net/http does,
 // when nothing of an answer was read.
-func (p *h1Pool) post(ctx context.Context, header http.Header, body []byte) (*http.Response, error) {
+func (p *h1Pool) post(ctx context.Context, header upstreamHead, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		get := p.get
 		if attempt > 0 {
@@ -153,103 +162,38 @@ func retryable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header http.Header, body []byte) (*http.Response, error) {
+func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, body []byte) (*http.Response, error) {
 	// A cancelled context unblocks any read or write on the connection.
 	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
-	head := make([]byte, 0, 256)
-	head = append(head, "POST "...)
+	// The head goes into the connection's own buffer (one exchange at a
+	// time uses a connection): no allocation a request.
+	head := append(c.head[:0], "POST "...)
 	head = append(head, p.path...)
 	head = append(head, " HTTP/1.1\r\nHost: "...)
 	head = append(head, p.hostHdr...)
-	head = append(head, "\r\nUser-Agent: tollgate\r\nContent-Length: "...)
+	head = append(head, "\r\nUser-Agent: tollgate\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: "...)
 	head = strconv.AppendInt(head, int64(len(body)), 10)
-	head = append(head, "\r\n"...)
-	for k, vs := range header {
-		for _, v := range vs {
-			head = append(head, k...)
-			head = append(head, ": "...)
-			head = append(head, v...)
-			head = append(head, "\r\n"...)
-		}
+	if header.requestID != "" {
+		head = append(head, "\r\nX-Request-Id: "...)
+		head = append(head, header.requestID...)
 	}
-	head = append(head, "\r\n"...)
-	bufs := net.Buffers{head, body}
+	if header.authorization != "" {
+		head = append(head, "\r\nAuthorization: "...)
+		head = append(head, header.authorization...)
+	}
+	head = append(head, "\r\n\r\n"...)
+	c.head = head
+	c.bufs = [2][]byte{head, body}
+	bufs := net.Buffers(c.bufs[:])
 	if _, err := bufs.WriteTo(c.c); err != nil {
 		stop()
 		return nil, err
 	}
-	resp, err := http.ReadResponse(c.br, nil)
+	resp, b, err := readResponse(c.br)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	resp.Body = &h1Body{rc: resp.Body, c: c, p: p, stop: stop, reuse: !resp.Close}
+	b.c, b.p, b.stop = c, p, stop
 	return resp, nil
-}
-
-// h1Body hands the connection back when the answer was read to its end.
-type h1Body struct {
-	rc    io.ReadCloser
-	c     *h1Conn
-	p     *h1Pool
-	stop  func() bool
-	reuse bool
-	done  bool
-}
-
-func (b *h1Body) Read(buf []byte) (int, error) {
-	if b.done {
-		return 0, io.EOF
-	}
-	n, err := b.rc.Read(buf)
-	if err == io.EOF {
-		b.done = true
-		// Reuse only if the cancel hook had not fired (it poisons the deadline).
-		if b.stop() && b.reuse {
-			b.p.put(b.c)
-		} else {
-			b.c.c.Close()
-		}
-	}
-	return n, err
-}
-
-// Drain finishes an answer whose last event was already read (after
-// "data: [DONE]" only the chunked terminator is left, and some servers send
-// it a moment later): it reads what remains for at most wait, and hands the
-// connection back if that reached the end. A server that keeps the stream
-// open costs only the connection.
-func (b *h1Body) Drain(wait time.Duration) {
-	if b.done {
-		return
-	}
-	_ = b.c.c.SetReadDeadline(time.Now().Add(wait))
-	var buf [512]byte
-	for read := 0; read < 64<<10; {
-		n, err := b.rc.Read(buf[:])
-		read += n
-		if err == io.EOF {
-			_ = b.c.c.SetReadDeadline(time.Time{})
-			b.done = true
-			if b.stop() && b.reuse {
-				b.p.put(b.c)
-			} else {
-				b.c.c.Close()
-			}
-			return
-		}
-		if err != nil {
-			break
-		}
-	}
-	b.Close()
-}
-
-func (b *h1Body) Close() error {
-	if !b.done {
-		b.done = true
-		b.stop()
-		b.c.c.Close()
-	}
-	return nil
 }

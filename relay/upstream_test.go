@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -39,6 +40,12 @@ func testServer(t *testing.T, closeAfterAnswer bool) (addr string, conns *atomic
 					}
 					body, _ := io.ReadAll(req.Body)
 					answer := `{"echo":` + string(body) + `,"id":"` + req.Header.Get("X-Request-Id") + `"}`
+					// The fixed head every request carries.
+					if req.Method != "POST" || req.URL.Path != "/v1/chat/completions" || req.Header.Get("Authorization") != "Bearer k" ||
+						req.Header.Get("Content-Type") != "application/json" || req.Header.Get("Accept") != "application/json, text/event-stream" ||
+						req.ContentLength != int64(len(body)) || req.Host != req.Header.Get("Host")+ln.Addr().String() {
+						answer = `{"bad head":` + strconv.Quote(fmt.Sprint(req.Method, req.URL, req.Header, req.ContentLength, req.Host)) + `}`
+					}
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(answer))+"\r\n\r\n"+answer)
 					if closeAfterAnswer {
 						return // the client's pooled connection is now dead
@@ -52,7 +59,7 @@ func testServer(t *testing.T, closeAfterAnswer bool) (addr string, conns *atomic
 
 func post(t *testing.T, p *h1Pool, id string) string {
 	t.Helper()
-	resp, err := p.post(context.Background(), http.Header{"X-Request-Id": {id}, "Content-Type": {"application/json"}}, []byte(`{"n":1}`))
+	resp, err := p.post(context.Background(), upstreamHead{requestID: id, authorization: "Bearer k"}, []byte(`{"n":1}`))
 	if err != nil {
 		t.Fatalf("post %s: %v", id, err)
 	}
@@ -112,7 +119,7 @@ func TestH1PoolCancel(t *testing.T) {
 	p, _ := newH1Pool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := p.post(ctx, http.Header{}, []byte("{}")); err == nil {
+	if _, err := p.post(ctx, upstreamHead{}, []byte("{}")); err == nil {
 		t.Fatal("no error from a cancelled request")
 	}
 	if len(p.idle) != 0 {
@@ -156,7 +163,7 @@ func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
 	}()
 	p, _ := newH1Pool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
 	for i := 0; i < 3; i++ {
-		resp, err := p.post(context.Background(), http.Header{}, []byte("{}"))
+		resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +190,7 @@ func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
 	// Two requests at once leave two connections in the pool.
 	var bodies []io.ReadCloser
 	for i := 0; i < 2; i++ {
-		resp, err := p.post(context.Background(), http.Header{}, []byte(`{}`))
+		resp, err := p.post(context.Background(), upstreamHead{}, []byte(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
