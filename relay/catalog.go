@@ -61,6 +61,8 @@ type Node struct {
 	health   nodeHealth
 	authOnce sync.Once
 	authHdr  []string
+	nameOnce sync.Once
+	nameHdr  []string // X-Tollgate-Node's value, shared by every response
 	h1Once   sync.Once
 	h1       atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
 }
@@ -78,6 +80,12 @@ func (n *Node) Dials() int64 {
 func (n *Node) authorization() []string {
 	n.authOnce.Do(func() { n.authHdr = []string{"Bearer " + n.Key} })
 	return n.authHdr
+}
+
+// nameHeader is the node's name as a header value (never changed in place).
+func (n *Node) nameHeader() []string {
+	n.nameOnce.Do(func() { n.nameHdr = []string{n.Name} })
+	return n.nameHdr
 }
 
 // Lookup returns the model with that id.

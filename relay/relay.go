@@ -416,10 +416,26 @@ func (x *exchange) noteServed() {
 
 func (x *exchange) setServedHeaders(h http.Header) {
 	x.nodeMu.Lock() // the stream watchdog may commit headers while send retries on another node
-	name := x.node.Name
+	node := x.node
 	x.nodeMu.Unlock()
-	h.Set("X-Tollgate-Backend", string(x.backend.Class))
-	h.Set("X-Tollgate-Node", name)
+	// Shared values, set without canonicalising: the keys are canonical.
+	h["X-Tollgate-Backend"] = classHeader(x.backend.Class)
+	h["X-Tollgate-Node"] = node.nameHeader()
+}
+
+var (
+	networkHeader  = []string{string(tollgate.ClassNetwork)}
+	fallbackHeader = []string{string(tollgate.ClassFallback)}
+)
+
+func classHeader(c tollgate.BackendClass) []string {
+	switch c {
+	case tollgate.ClassNetwork:
+		return networkHeader
+	case tollgate.ClassFallback:
+		return fallbackHeader
+	}
+	return []string{string(c)}
 }
 
 // classifyStatus turns an upstream non-2xx answer into the client's error and
@@ -474,7 +490,7 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
 	out := nr.AppendJSON((*bufp)[:0], u, &cost)
 	*bufp = out
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = jsonContentType // shared, never changed in place
 	h.Set("Content-Length", strconv.Itoa(len(out)))
 	x.setServedHeaders(h)
 	h.Set("X-Tollgate-Cost", cost.String())

@@ -245,14 +245,23 @@ func (sb *streamBufs) put(s *streamer) {
 	streamBufsPool.Put(sb)
 }
 
+// A stream's response header values, shared by every stream (never changed
+// in place; the server copies what it sends).
+var (
+	sseContentType = []string{"text/event-stream; charset=utf-8"}
+	noCache        = []string{"no-cache"}
+	noBuffering    = []string{"no"}
+	costTrailers   = []string{"X-Tollgate-Cost, X-Tollgate-Usage-Estimated"}
+)
+
 // commit sends the status and headers (under mu).
 func (s *streamer) commit() {
 	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	h["Content-Type"] = sseContentType
+	h["Cache-Control"] = noCache
+	h["X-Accel-Buffering"] = noBuffering
 	s.x.setServedHeaders(h)
-	h.Set("Trailer", "X-Tollgate-Cost, X-Tollgate-Usage-Estimated")
+	h["Trailer"] = costTrailers
 	// No server-wide WriteTimeout (it would cut long streams): this stream's own.
 	_ = s.rc.SetWriteDeadline(time.Now().Add(s.x.r.opts.StreamTotal + time.Minute))
 	s.w.WriteHeader(http.StatusOK)

@@ -58,6 +58,8 @@ func TestUnservedEndpoints404(t *testing.T) {
 		{"GET", "/v1/files"}, {"POST", "/v1/assistants"}, {"POST", "/v1/batches"}, {"POST", "/v1/moderations"},
 		{"GET", "/v1/models/tg-chat"}, {"GET", "/v1/fine_tuning/jobs"}, {"POST", "/v1/chat/completions/x"},
 		{"GET", "/"}, {"GET", "/v2/models"},
+		// Escaped or trailing-slash spellings of a served path are not it.
+		{"POST", "/v1/chat%2Fcompletions"}, {"POST", "/v1/chat/completions/"}, {"GET", "/v1/models/"},
 	} {
 		req, _ := http.NewRequest(p.method, "http://"+h.main.Addr("api")+p.path, strings.NewReader(`{"model":"tg-chat"}`))
 		req.Header.Set("Authorization", "Bearer "+h.key)
@@ -153,6 +155,8 @@ func TestRequestErrors(t *testing.T) {
 		{"unknown model", `{"model":"gpt-4o",` + hiMessages + `}`, nil, 404, "model_not_found", "model"},
 		{"text/plain", `{"model":"tg-chat",` + hiMessages + `}`, map[string]string{"Content-Type": "text/plain"}, 415, "unsupported_media_type", ""},
 		{"no content type", `{"model":"tg-chat",` + hiMessages + `}`, map[string]string{"Content-Type": ""}, 415, "unsupported_media_type", ""},
+		{"json prefix", `{"model":"tg-chat",` + hiMessages + `}`, map[string]string{"Content-Type": "application/jsonl"}, 415, "unsupported_media_type", ""},
+		{"malformed parameters", `{"model":"tg-chat",` + hiMessages + `}`, map[string]string{"Content-Type": "application/json; =x"}, 415, "unsupported_media_type", ""},
 		{"tools on cheap", `{"model":"tg-mini",` + hiMessages + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, nil, 400, "capability_not_supported", "tools"},
 		{"tool_choice on cheap", `{"model":"tg-mini",` + hiMessages + `,"tool_choice":"required"}`, nil, 400, "capability_not_supported", "tool_choice"},
 		{"functions on cheap", `{"model":"tg-mini",` + hiMessages + `,"functions":[{"name":"f"}]}`, nil, 400, "capability_not_supported", "functions"},
@@ -163,6 +167,12 @@ func TestRequestErrors(t *testing.T) {
 		{"input_file on mini", `{"model":"tg-mini","messages":[{"role":"user","content":[{"type":"input_file","file_data":"data:application/pdf;base64,JVBERi0="}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[0]"},
 		{"web search", `{"model":"tg-chat",` + hiMessages + `,"web_search_options":{}}`, nil, 400, "capability_not_supported", "web_search_options"},
 		{"pdf + reasoning on coder", `{"model":"tg-coder","reasoning_effort":"high","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERi0="}}]}]}`, nil, 400, "capability_combination_unsupported", ""},
+	}
+	// Any spelling of application/json with parameters is JSON.
+	for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON"} {
+		if status, _, b := h.post("/v1/chat/completions", `{"model":"tg-chat",`+hiMessages+`}`, map[string]string{"Content-Type": ct}); status != 200 {
+			t.Errorf("Content-Type %q: %d %s", ct, status, b)
+		}
 	}
 	before := 0
 	for _, s := range h.sims {
