@@ -318,6 +318,9 @@ func (bb *billBench) finish(b *testing.B) {
 		b.Logf("%s: %d holds (%d in memory), %d reservation top-ups; %d operations in %d batches (%.1f a batch); each waited %s on average; %d WAL syncs",
 			bb.mode, st.Holds-bb.st0.Holds, st.InMemory-bb.st0.InMemory, st.Reserves-bb.st0.Reserves, ops, batches, float64(ops)/float64(max(batches, 1)),
 			((st.Waiting - bb.st0.Waiting) / time.Duration(max(ops, 1))).Round(time.Microsecond), bb.syncs()-bb.syncs0)
+		b.Logf("%s: a batch lingered %s and was written in %s on average", bb.mode,
+			((st.Lingering-bb.st0.Lingering)/time.Duration(max(batches, 1))).Round(time.Microsecond),
+			((st.Writing-bb.st0.Writing)/time.Duration(max(batches, 1))).Round(time.Microsecond))
 	}
 	if bs, err := books(bb.m.Store); err == nil && bb.mode != "off" {
 		if c, _ := countChargesB(bs, bb.acct); c < bb.served {
