@@ -335,6 +335,7 @@ func (b *Biller) runAsync(p *pending, then func(p *pending)) {
 	p.at = time.Now()
 	p.then = func(p *pending) {
 		defer b.async.Done()
+		b.waiting.Add(int64(time.Since(p.at)))
 		then(p)
 	}
 	if !b.enqueue(p) {

@@ -596,7 +596,10 @@ func (b *h1Body) finish() {
 		return
 	}
 	b.done = true
-	if b.stop() && b.reuse {
+	// Bytes already buffered past the body's end belong to no request (a
+	// server that sent more than it framed): the next request on this
+	// connection would read them as its answer, so it is not reused.
+	if b.stop() && b.reuse && b.br.Buffered() == 0 {
 		b.p.put(b.c)
 	} else {
 		b.c.c.Close()

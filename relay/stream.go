@@ -330,11 +330,10 @@ func (s *streamer) stopWatchdog() {
 // tick is one watchdog round (on the timer's goroutine).
 func (s *streamer) tick() {
 	o := s.x.r.opts
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return
-	}
+	// The caps cancel without mu: a write blocked on a client that does
+	// not read holds mu (until its write deadline), and must not hold up
+	// ending the backend call. (cancel is safe to call at any time; after
+	// the stream ended it changes nothing.)
 	now := s.x.r.now().UnixNano()
 	if now >= s.endBy {
 		s.cancel(errStreamTotal)
@@ -342,6 +341,11 @@ func (s *streamer) tick() {
 	}
 	if time.Duration(now-s.lastUpstream.Load()) >= o.StreamIdle {
 		s.cancel(errStreamIdle)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
 		return
 	}
 	if time.Duration(now-s.lastWrite.Load()) >= o.KeepAlive && s.writeErr == nil {

@@ -149,17 +149,26 @@ func (p *h1Pool) post(ctx context.Context, header upstreamHead, body []byte) (*h
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if c.reused && attempt == 0 && retryable(err) {
+		var na *noAnswerError
+		if c.reused && attempt == 0 && errors.As(err, &na) && retryable(na.err) {
 			continue
 		}
 		return nil, err
 	}
 }
 
+// noAnswerError is a failure before any byte of an answer was read (while
+// the request was written, or waiting for the answer's first byte). Only
+// such a failure on a pooled connection is retried: a POST that got part of
+// an answer may have reached a model, and is never sent again.
+type noAnswerError struct{ err error }
+
+func (e *noAnswerError) Error() string { return e.err.Error() }
+func (e *noAnswerError) Unwrap() error { return e.err }
+
 // retryable: the server closed a pooled connection before answering.
 func retryable(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, body []byte) (*http.Response, error) {
@@ -187,7 +196,14 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 	bufs := net.Buffers(c.bufs[:])
 	if _, err := bufs.WriteTo(c.c); err != nil {
 		stop()
-		return nil, err
+		return nil, &noAnswerError{err}
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		stop()
+		if err == io.EOF {
+			err = errClosedBeforeAnswer
+		}
+		return nil, &noAnswerError{err}
 	}
 	resp, b, err := readResponse(c.br)
 	if err != nil {

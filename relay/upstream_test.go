@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,46 +16,20 @@ import (
 
 // A tiny HTTP/1.1 server that counts connections and can close a
 // connection right after answering, as a server whose keep-alive ran out.
+// It echoes the body and the request id, and checks the fixed head every
+// request carries.
 func testServer(t *testing.T, closeAfterAnswer bool) (addr string, conns *atomic.Int64) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	conns = new(atomic.Int64)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, _ := io.ReadAll(req.Body)
-					answer := `{"echo":` + string(body) + `,"id":"` + req.Header.Get("X-Request-Id") + `"}`
-					// The fixed head every request carries.
-					if req.Method != "POST" || req.URL.Path != "/v1/chat/completions" || req.Header.Get("Authorization") != "Bearer k" ||
-						req.Header.Get("Content-Type") != "application/json" || req.Header.Get("Accept") != "application/json, text/event-stream" ||
-						req.ContentLength != int64(len(body)) || req.Host != req.Header.Get("Host")+ln.Addr().String() {
-						answer = `{"bad head":` + strconv.Quote(fmt.Sprint(req.Method, req.URL, req.Header, req.ContentLength, req.Host)) + `}`
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(answer))+"\r\n\r\n"+answer)
-					if closeAfterAnswer {
-						return // the client's pooled connection is now dead
-					}
-				}
-			}(c)
+	return rawServer(t, func(r rawRequest, c io.Writer) bool {
+		req := r.req
+		answer := `{"echo":` + string(r.body) + `,"id":"` + req.Header.Get("X-Request-Id") + `"}`
+		if req.Method != "POST" || req.URL.Path != "/v1/chat/completions" || req.Header.Get("Authorization") != "Bearer k" ||
+			req.Header.Get("Content-Type") != "application/json" || req.Header.Get("Accept") != "application/json, text/event-stream" ||
+			req.ContentLength != int64(len(r.body)) || req.Host != r.addr {
+			answer = `{"bad head":` + strconv.Quote(fmt.Sprint(req.Method, req.URL, req.Header, req.ContentLength, req.Host)) + `}`
 		}
-	}()
-	return ln.Addr().String(), conns
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(answer))+"\r\n\r\n"+answer)
+		return !closeAfterAnswer // closed: the client's pooled connection is now dead
+	})
 }
 
 func post(t *testing.T, p *h1Pool, id string) string {
@@ -131,37 +106,14 @@ func TestH1PoolCancel(t *testing.T) {
 // uvicorn does, in a write of its own): Drain finishes the body and the
 // connection is reused.
 func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var conns atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-					io.WriteString(c, "e\r\ndata: [DONE]\n\n\r\n")
-					time.Sleep(5 * time.Millisecond)
-					io.WriteString(c, "0\r\n\r\n")
-				}
-			}(c)
-		}
-	}()
-	p, _ := newH1Pool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
+	addr, conns := rawServer(t, func(_ rawRequest, c io.Writer) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		io.WriteString(c, "e\r\ndata: [DONE]\n\n\r\n")
+		time.Sleep(5 * time.Millisecond)
+		io.WriteString(c, "0\r\n\r\n")
+		return true
+	})
+	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
 	for i := 0; i < 3; i++ {
 		resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
 		if err != nil {
@@ -222,5 +174,106 @@ func TestSetCatalogClosesDroppedNodesIdleConnections(t *testing.T) {
 	r.SetCatalog(&Catalog{byID: map[string]*Model{}})
 	if len(p.idle) != 0 {
 		t.Fatalf("the dropped node kept %d idle connections", len(p.idle))
+	}
+}
+
+// rawRequest is one request a rawServer got: the i-th over all
+// connections, with its body read, and the server's own address.
+type rawRequest struct {
+	i    int64
+	req  *http.Request
+	body []byte
+	addr string
+}
+
+// rawServer answers each request with answer, which writes the raw answer
+// and reports whether to keep the connection open. It counts connections.
+func rawServer(t *testing.T, answer func(r rawRequest, c io.Writer) (keep bool)) (addr string, conns *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	addr = ln.Addr().String()
+	conns = new(atomic.Int64)
+	var next atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					if !answer(rawRequest{i: next.Add(1) - 1, req: req, body: body, addr: addr}, c) {
+						return
+					}
+				}
+			}(c)
+		}
+	}()
+	return addr, conns
+}
+
+// scriptedServer answers the i-th request with answers[i] (raw bytes) and
+// closes the connection after the last.
+func scriptedServer(t *testing.T, answers ...string) (addr string, conns *atomic.Int64) {
+	return rawServer(t, func(r rawRequest, c io.Writer) bool {
+		if r.i >= int64(len(answers)) {
+			return false
+		}
+		io.WriteString(c, answers[r.i])
+		return r.i < int64(len(answers))-1
+	})
+}
+
+// Bytes a server sends past an answer's end (here: an answer after a 204)
+// must not be read by the next request: the connection is not pooled.
+func TestH1PoolDropsAConnectionWithBytesPastTheAnswer(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine"
+	addr, conns := scriptedServer(t, "HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale", ok)
+	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
+	for i, want := range []string{"", "fine"} {
+		resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != want {
+			t.Fatalf("request %d: body %q (%v), want %q", i, b, err, want)
+		}
+	}
+	if conns.Load() != 2 {
+		t.Errorf("%d connections, want 2 (the first one had bytes past its answer)", conns.Load())
+	}
+}
+
+// A pooled connection that dies after part of an answer is not retried: the
+// POST may have reached a model. (One that dies before any byte is: see
+// TestH1PoolRetriesAConnectionTheServerClosed.)
+func TestH1PoolDoesNotRetryAfterPartOfAnAnswer(t *testing.T) {
+	addr, conns := scriptedServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "HTTP/1.1 200 O")
+	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
+	resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if _, err := p.post(context.Background(), upstreamHead{}, []byte("{}")); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("half an answer: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if conns.Load() != 1 {
+		t.Errorf("%d connections: the request was sent again after part of an answer", conns.Load())
 	}
 }
