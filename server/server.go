@@ -150,8 +150,17 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.mux.ServeHTTP(w, r)
 }
 
-// Handle mounts h on pattern (after the table's own routes).
-func (t *routeTable) Handle(pattern string, h http.Handler) { t.mux.Handle(pattern, h) }
+// Handle mounts h on pattern (after the table's own routes). A pattern on
+// one of the table's paths (with a method or a host, say) takes that path
+// out of the fast path, so that the ServeMux decides between them.
+func (t *routeTable) Handle(pattern string, h http.Handler) {
+	for path := range t.exact {
+		if strings.HasSuffix(pattern, path) {
+			delete(t.exact, path)
+		}
+	}
+	t.mux.Handle(pattern, h)
+}
 
 func allowed(methods, m string) bool {
 	switch methods {
