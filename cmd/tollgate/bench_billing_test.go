@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +42,9 @@ type billBenchResult struct {
 	// wall time (2.0 = both cores of this machine all the time).
 	cpu  time.Duration
 	busy float64
+	// runq is the mean time a goroutine waited to run once runnable
+	// (runtime/metrics /sched/latencies), over the whole process.
+	runq time.Duration
 }
 
 // BenchmarkBilling measures the service over real loopback HTTP with billing
@@ -131,14 +136,15 @@ func BenchmarkBilling(b *testing.B) {
 		var ratios []float64
 		for j, r := range rs {
 			ratios = append(ratios, r.rps/byMode[0][j].rps) // byMode[0] is off, unless no-off
-			b.Logf("round %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  ratio to off %.2f", j+1, mode, r.rps,
-				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpu.Microseconds(), r.busy, r.rps/byMode[0][j].rps)
+			b.Logf("round %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f", j+1, mode, r.rps,
+				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpu.Microseconds(), r.busy, r.runq.Microseconds(), r.rps/byMode[0][j].rps)
 		}
 		rps := median(rs, func(r billBenchResult) float64 { return r.rps })
 		p50 := median(rs, func(r billBenchResult) float64 { return float64(r.p50) })
 		p99 := median(rs, func(r billBenchResult) float64 { return float64(r.p99) })
 		cpu := median(rs, func(r billBenchResult) float64 { return float64(r.cpu) })
 		busy := median(rs, func(r billBenchResult) float64 { return r.busy })
+		runq := median(rs, func(r billBenchResult) float64 { return float64(r.runq) })
 		ratio := median(ratios, func(x float64) float64 { return x })
 		b.ReportMetric(rps, mode+"_req/s")
 		b.ReportMetric(float64(time.Duration(p50).Microseconds()), mode+"_p50_µs")
@@ -147,10 +153,47 @@ func BenchmarkBilling(b *testing.B) {
 		if i > 0 {
 			b.ReportMetric(ratio, mode+"/off")
 		}
-		b.Logf("median of %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, rps,
+		b.Logf("median of %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, rps,
 			time.Duration(p50).Round(time.Microsecond), time.Duration(p99).Round(time.Microsecond), time.Duration(cpu).Microseconds(),
-			busy, ratio, slices.Min(ratios), slices.Max(ratios))
+			busy, time.Duration(runq).Microseconds(), ratio, slices.Min(ratios), slices.Max(ratios))
 	}
+}
+
+// schedLatencies reads the process's histogram of how long goroutines
+// waited to run once runnable.
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// meanSince is the mean of the observations added to the histogram between
+// a and b (bucket midpoints; the open-ended buckets count at their finite
+// bound).
+func meanSince(a, b *metrics.Float64Histogram) time.Duration {
+	if a == nil || b == nil || len(a.Counts) != len(b.Counts) {
+		return 0
+	}
+	var n, sum float64
+	for i := range b.Counts {
+		c := float64(b.Counts[i] - a.Counts[i])
+		lo, hi := b.Buckets[i], b.Buckets[i+1]
+		switch {
+		case math.IsInf(lo, -1):
+			lo = hi
+		case math.IsInf(hi, 1):
+			hi = lo
+		}
+		n += c
+		sum += c * (lo + hi) / 2
+	}
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(sum / n * float64(time.Second))
 }
 
 // median is the median of f over xs (the mean of the middle two for an even count).
@@ -292,13 +335,13 @@ func (bb *billBench) phase(d time.Duration) ([]time.Duration, int64, time.Durati
 
 // slice measures the mode for d.
 func (bb *billBench) slice(b *testing.B, d time.Duration) billBenchResult {
-	cpu0 := processCPU()
+	cpu0, q0 := processCPU(), schedLatencies()
 	lats, errs, elapsed := bb.phase(d)
-	cpu := processCPU() - cpu0
+	cpu, runq := processCPU()-cpu0, meanSince(q0, schedLatencies())
 	bb.served += int64(len(lats))
 	slices.Sort(lats)
 	r := billBenchResult{mode: bb.mode, rps: float64(len(lats)) / elapsed.Seconds(), errors: errs,
-		busy: cpu.Seconds() / elapsed.Seconds()}
+		busy: cpu.Seconds() / elapsed.Seconds(), runq: runq}
 	if len(lats) > 0 {
 		r.cpu = cpu / time.Duration(len(lats))
 		r.p50, r.p99 = lats[len(lats)/2], lats[min(len(lats)-1, len(lats)*99/100)]
@@ -319,8 +362,8 @@ func (bb *billBench) finish(b *testing.B) {
 			bb.mode, st.Holds-bb.st0.Holds, st.InMemory-bb.st0.InMemory, st.Reserves-bb.st0.Reserves, ops, batches, float64(ops)/float64(max(batches, 1)),
 			((st.Waiting - bb.st0.Waiting) / time.Duration(max(ops, 1))).Round(time.Microsecond), bb.syncs()-bb.syncs0)
 		b.Logf("%s: a batch lingered %s and was written in %s on average", bb.mode,
-			((st.Lingering-bb.st0.Lingering)/time.Duration(max(batches, 1))).Round(time.Microsecond),
-			((st.Writing-bb.st0.Writing)/time.Duration(max(batches, 1))).Round(time.Microsecond))
+			((st.Lingering - bb.st0.Lingering) / time.Duration(max(batches, 1))).Round(time.Microsecond),
+			((st.Writing - bb.st0.Writing) / time.Duration(max(batches, 1))).Round(time.Microsecond))
 	}
 	if bs, err := books(bb.m.Store); err == nil && bb.mode != "off" {
 		if c, _ := countChargesB(bs, bb.acct); c < bb.served {
