@@ -536,9 +536,10 @@ func deliberateReject(err error, theirs *http.Response) bool {
 		errLineTooLong, errHeaderTooLarge:
 		return true
 	case errStatusLine:
-		// net/http takes "HTTP/1.1  200", "HTTP/1.1 012", "HTTP/1.1 +12".
+		// net/http takes "HTTP/1.1  200", "HTTP/1.1 012", "HTTP/1.1 +12",
+		// "HTTP/1.0 -00" (a code of 0).
 		l := ae.line
-		return len(l) > 9 && (l[9] == ' ' || l[9] == '0' || l[9] == '+')
+		return len(l) > 9 && (l[9] == ' ' || l[9] == '0' || l[9] == '+' || l[9] == '-')
 	}
 	return false
 }
