@@ -175,14 +175,22 @@ type head struct {
 // other field is checked for syntax and dropped. resp.Body is the returned
 // body; the caller attaches the connection to it (exchange).
 //
-// An end of input before the first byte wraps io.EOF; anywhere later in
-// the header, it is io.ErrUnexpectedEOF. Read errors come back as they are.
+// A failure before the answer's first byte is a *noAnswerError (an end of
+// input there wraps io.EOF): only such a failure may be retried (post).
+// Anywhere later in the header, an end of input is io.ErrUnexpectedEOF.
+// Read errors come back as they are.
 func readResponse(br *bufio.Reader) (*http.Response, *h1Body, error) {
+	if _, err := br.Peek(1); err != nil {
+		if err == io.EOF {
+			err = errClosedBeforeAnswer
+		}
+		return nil, nil, &noAnswerError{err}
+	}
 	budget := maxHeaderBytes
 	var h head
-	for first := true; ; first = false {
+	for {
 		h = head{cl: -1, lax: h.lax}
-		if err := readHead(br, &h, &budget, first); err != nil {
+		if err := readHead(br, &h, &budget); err != nil {
 			return nil, nil, err
 		}
 		if h.code >= 200 {
@@ -249,13 +257,10 @@ func readResponse(br *bufio.Reader) (*http.Response, *h1Body, error) {
 }
 
 // readHead reads one status line and header block into h.
-func readHead(br *bufio.Reader, h *head, budget *int, first bool) error {
+func readHead(br *bufio.Reader, h *head, budget *int) error {
 	line, _, err := readLine(br, budget)
 	if err != nil {
 		if err == io.EOF {
-			if first {
-				return errClosedBeforeAnswer
-			}
 			err = io.ErrUnexpectedEOF
 		}
 		return err

@@ -158,7 +158,8 @@ func (p *h1Pool) post(ctx context.Context, header upstreamHead, body []byte) (*h
 }
 
 // noAnswerError is a failure before any byte of an answer was read (while
-// the request was written, or waiting for the answer's first byte). Only
+// the request was written, or waiting for the answer's first byte:
+// readResponse). Only
 // such a failure on a pooled connection is retried: a POST that got part of
 // an answer may have reached a model, and is never sent again.
 type noAnswerError struct{ err error }
@@ -196,13 +197,6 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 	bufs := net.Buffers(c.bufs[:])
 	if _, err := bufs.WriteTo(c.c); err != nil {
 		stop()
-		return nil, &noAnswerError{err}
-	}
-	if _, err := c.br.Peek(1); err != nil {
-		stop()
-		if err == io.EOF {
-			err = errClosedBeforeAnswer
-		}
 		return nil, &noAnswerError{err}
 	}
 	resp, b, err := readResponse(c.br)
