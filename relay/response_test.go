@@ -433,7 +433,9 @@ func (c *closeRecorder) Close() error { c.closed = true; return nil }
 //     inside a header line (textproto trims CRs at a line's ends);
 //     Transfer-Encoding in an HTTP/1.0 answer (RFC 9112 §6.1: faulty
 //     framing; net/http ignores it); a line over the 16 KiB buffer or header
-//     blocks over 64 KiB (net/http's limits are the transport's, 1 MiB).
+//     blocks over 64 KiB (net/http's limits are the transport's, 1 MiB); an
+//     empty Content-Length (net/http takes it as none; RFC 9110 §8.6 wants
+//     digits).
 //   - Accepted here, rejected by net/http (RFC 9112 allows them):
 //     Content-Length as a list of equal values or repeated with equal
 //     values spelled differently ("3, 03"); Transfer-Encoding other than
@@ -535,6 +537,10 @@ func deliberateReject(err error, theirs *http.Response) bool {
 	case errVersion, errSwitching, errFolding, errNameSpace, errStrayCR, errTE10,
 		errLineTooLong, errHeaderTooLarge:
 		return true
+	case errContentLength:
+		// net/http takes an empty Content-Length as none.
+		_, v, _ := strings.Cut(ae.line, ":")
+		return strings.Trim(v, " \t") == ""
 	case errStatusLine:
 		// net/http takes "HTTP/1.1  200", "HTTP/1.1 012", "HTTP/1.1 +12",
 		// "HTTP/1.0 -00" (a code of 0).
