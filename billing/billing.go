@@ -332,15 +332,10 @@ func (b *Biller) run(p *pending) error {
 // once, with ErrClosed, after Close). Close waits for it.
 func (b *Biller) runAsync(p *pending, then func(p *pending)) {
 	b.async.Add(1)
-	p.at = time.Now()
-	p.then = func(p *pending) {
-		defer b.async.Done()
-		b.waiting.Add(int64(time.Since(p.at)))
-		then(p)
-	}
+	p.at, p.then = time.Now(), then
 	if !b.enqueue(p) {
 		p.err = ErrClosed
-		p.then(p)
+		b.answer(p)
 	}
 }
 
@@ -592,18 +587,21 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 	}
 	for _, p := range batch {
 		p.err = err
-		p.answer()
+		b.answer(p)
 	}
 	return write
 }
 
-// answer tells p's caller that p is done (p.err set).
-func (p *pending) answer() {
-	if p.then != nil {
-		p.then(p)
+// answer tells p's caller that p is done (p.err set): it wakes the caller
+// waiting in run, or runs an async operation's then (runAsync).
+func (b *Biller) answer(p *pending) {
+	if p.then == nil {
+		close(p.done)
 		return
 	}
-	close(p.done)
+	defer b.async.Done()
+	b.waiting.Add(int64(time.Since(p.at)))
+	p.then(p)
 }
 
 // retryAlone applies the operations of a failed batch one by one, so that
@@ -612,7 +610,7 @@ func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollga
 	b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
 	for i, p := range batch {
 		p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
-		p.answer()
+		b.answer(p)
 	}
 }
 
@@ -658,7 +656,7 @@ func (b *Biller) acker() {
 		for _, j := range jobs {
 			j.durable()
 			for _, p := range j.batch {
-				p.answer()
+				b.answer(p)
 			}
 		}
 	}
