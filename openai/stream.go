@@ -346,9 +346,11 @@ func (n *StreamNormalizer) FinalUsage(promptTokens int64) Usage {
 // first call when the upstream gave none. It is the same for the whole stream.
 func (n *StreamNormalizer) Created() int64 {
 	if !n.haveCreated {
-		n.created, n.haveCreated = time.Now().Unix(), true
+		n.haveCreated = true
 		if n.clock != nil {
 			n.created = n.clock()
+		} else {
+			n.created = time.Now().Unix()
 		}
 	}
 	return n.created

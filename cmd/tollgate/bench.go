@@ -224,12 +224,7 @@ models:
 				buf := make([]byte, 32<<10)
 				for !stopFlag.Load() {
 					start := time.Now()
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(b))
-					req.Header.Set("Content-Type", "application/json")
-					if t.Key != "" {
-						req.Header.Set("Authorization", "Bearer "+t.Key)
-					}
-					resp, err := client.Do(req)
+					resp, err := client.Do(t.request(ctx, b))
 					var first time.Duration
 					ok := err == nil && resp.StatusCode == 200
 					if err == nil {
@@ -291,12 +286,7 @@ models:
 			defer wg.Done()
 			defer func() { <-sem }()
 			start := time.Now()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(b))
-			req.Header.Set("Content-Type", "application/json")
-			if t.Key != "" {
-				req.Header.Set("Authorization", "Bearer "+t.Key)
-			}
-			resp, err := client.Do(req)
+			resp, err := client.Do(t.request(ctx, b))
 			var first time.Duration
 			ok := err == nil && resp.StatusCode == 200
 			if err == nil {
@@ -481,6 +471,16 @@ models:
 	return nil
 }
 
+// request is a POST of body to the target, with its key.
+func (t target) request(ctx context.Context, body []byte) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if t.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+t.Key)
+	}
+	return req
+}
+
 // benchBody is the request every phase sends.
 func benchBody(model string, stream bool) []byte {
 	return []byte(`{"model":"` + model + `","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Write one short sentence about gateways."}],"temperature":0.7,"stream":` + fmt.Sprint(stream) + `}`)
@@ -532,12 +532,12 @@ type pairedResult struct {
 func runPaired(ctx context.Context, client *http.Client, targets [4]target,
 	label string, stream bool, rate int, warm, dur time.Duration) pairedResult {
 	res := pairedResult{Label: label, OpenRate: rate}
-	once := func(t target) (lat, ttft time.Duration, ok bool) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(benchBody(t.Model, stream)))
-		req.Header.Set("Content-Type", "application/json")
-		if t.Key != "" {
-			req.Header.Set("Authorization", "Bearer "+t.Key)
-		}
+	var bodies [4][]byte // each target's request, built once
+	for i, t := range targets {
+		bodies[i] = benchBody(t.Model, stream)
+	}
+	once := func(i int) (lat, ttft time.Duration, ok bool) {
+		req := targets[i].request(ctx, bodies[i])
 		start := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {
@@ -563,7 +563,7 @@ func runPaired(ctx context.Context, client *http.Client, targets [4]target,
 				tick = tick.Add(interval)
 				time.Sleep(time.Until(tick))
 			}
-			l, f, good := once(targets[i])
+			l, f, good := once(i)
 			lat[i], ttft[i], ok = l, f, ok && good
 		}
 		if time.Now().Before(measureFrom) {
