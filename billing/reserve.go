@@ -222,12 +222,21 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 		})
 		return c.Cost, nil
 	}
-	return b.finishCharge(m, p, b.run(p))
+	p.mem = m // accounted for by answer, before run returns
+	err := b.run(p)
+	return b.chargeResult(p, err)
 }
 
 // finishCharge accounts for a written (or failed) charge of the in-memory
 // hold m in its reservation and returns what was charged.
 func (b *Biller) finishCharge(m *memHold, p *pending, err error) (tollgate.Amount, error) {
+	b.accountCharge(m, p, err)
+	return b.chargeResult(p, err)
+}
+
+// accountCharge moves a written charge of the in-memory hold m out of its
+// reservation, or puts the hold back in flight if nothing was written.
+func (b *Biller) accountCharge(m *memHold, p *pending, err error) {
 	r, op := m.r, &p.op
 	r.mu.Lock()
 	r.pending -= op.Covered + op.Return
@@ -243,6 +252,11 @@ func (b *Biller) finishCharge(m *memHold, p *pending, err error) (tollgate.Amoun
 		r.res -= op.Covered + op.Return
 	}
 	r.mu.Unlock()
+}
+
+// chargeResult is what a settle returns once its charge was accounted for.
+func (b *Biller) chargeResult(p *pending, err error) (tollgate.Amount, error) {
+	op := &p.op
 	if err != nil {
 		return 0, fmt.Errorf("settle %s: %w", op.HoldID, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -26,7 +27,7 @@ import (
 
 var (
 	billBenchDur  = flag.Duration("billbench.dur", time.Second, "BenchmarkBilling: measuring time per mode and round")
-	billBenchConc = flag.Int("billbench.conc", 128, "BenchmarkBilling: concurrent clients (128 keeps both cores busy in every mode here)")
+	billBenchConc = flag.String("billbench.conc", "128", "BenchmarkBilling: concurrent clients; a comma-separated list measures each mode at each count and reports its capacity (the best of them)")
 	billBenchOnly = flag.String("billbench.only", "", "BenchmarkBilling: run only these modes (comma-separated; off always runs unless no-off is named, e.g. to profile one mode alone)")
 	billBenchStrm = flag.Bool("billbench.stream", false, "BenchmarkBilling: streamed requests (the client reads each stream to its end)")
 	billBenchRnds = flag.Int("billbench.rounds", 8, "BenchmarkBilling: rounds; each measures every mode once, and the medians are reported")
@@ -34,6 +35,7 @@ var (
 
 type billBenchResult struct {
 	mode     string
+	conc     int
 	rps      float64
 	p50, p99 time.Duration
 	errors   int64
@@ -53,10 +55,11 @@ type billBenchResult struct {
 // ratios to billing off. Non-streamed requests of 16 completion tokens from
 // a simulator without delays, so that tollgate's own work dominates
 // (-billbench.stream: the same requests streamed).
-// -billbench.conc sets the closed-loop clients (128 by default: enough to
-// keep this 2-vCPU machine busy in every mode, so that the ratio compares
-// throughputs; at 32 the billing modes are bound by each response's wait for
-// its commit), -billbench.rounds how many times the
+// -billbench.conc sets the closed-loop clients (128 by default; at 32 the
+// billing modes are bound by each response's wait for its commit). A list
+// (128,192,256) measures every mode at each count and also reports each
+// mode's capacity: its best throughput of the counts, round by round, and
+// the capacity ratios. -billbench.rounds sets how many times the
 // modes alternate, -billbench.dur how long each measures per round,
 // -billbench.only picks modes (also the optional sqlite-normal,
 // sqlite-nowait, sqlite-nopipe, sqlite-wait1ms, sqlite-wait4ms). Every
@@ -115,48 +118,119 @@ func BenchmarkBilling(b *testing.B) {
 	// figure reported is the median over the rounds, and each ratio the
 	// median of the rounds' own ratios (a mode against off in the same
 	// round, a few seconds apart).
+	concs, err := parseConcs(*billBenchConc)
+	if err != nil {
+		b.Fatal(err)
+	}
 	rounds := max(*billBenchRnds, 1)
-	byMode := make([][]billBenchResult, len(modes))
+	// byMode[i][c] holds mode i's results at concs[c], one per round.
+	byMode := make([][][]billBenchResult, len(modes))
+	for i := range byMode {
+		byMode[i] = make([][]billBenchResult, len(concs))
+	}
 	for range b.N {
 		benches := make([]*billBench, len(modes))
 		for i, m := range modes {
 			benches[i] = startBillBench(b, m.name, m.store, m.extra, sim.URL())
 		}
 		for range rounds {
-			for i, bb := range benches {
-				byMode[i] = append(byMode[i], bb.slice(b, *billBenchDur))
+			for c, conc := range concs {
+				for i, bb := range benches {
+					byMode[i][c] = append(byMode[i][c], bb.slice(b, conc, *billBenchDur))
+				}
 			}
 		}
 		for _, bb := range benches {
 			bb.finish(b)
 		}
 	}
-	for i, rs := range byMode {
-		mode := modes[i].name
-		var ratios []float64
-		for j, r := range rs {
-			ratios = append(ratios, r.rps/byMode[0][j].rps) // byMode[0] is off, unless no-off
-			b.Logf("round %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f", j+1, mode, r.rps,
-				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpu.Microseconds(), r.busy, r.runq.Microseconds(), r.rps/byMode[0][j].rps)
+	for c := range concs {
+		for i := range modes {
+			reportBillBench(b, byMode[i][c], byMode[0][c], len(concs) > 1)
 		}
-		rps := median(rs, func(r billBenchResult) float64 { return r.rps })
-		p50 := median(rs, func(r billBenchResult) float64 { return float64(r.p50) })
-		p99 := median(rs, func(r billBenchResult) float64 { return float64(r.p99) })
-		cpu := median(rs, func(r billBenchResult) float64 { return float64(r.cpu) })
-		busy := median(rs, func(r billBenchResult) float64 { return r.busy })
-		runq := median(rs, func(r billBenchResult) float64 { return float64(r.runq) })
-		ratio := median(ratios, func(x float64) float64 { return x })
-		b.ReportMetric(rps, mode+"_req/s")
-		b.ReportMetric(float64(time.Duration(p50).Microseconds()), mode+"_p50_µs")
-		b.ReportMetric(float64(time.Duration(p99).Microseconds()), mode+"_p99_µs")
-		b.ReportMetric(float64(time.Duration(cpu).Microseconds()), mode+"_cpu_µs/req")
-		if i > 0 {
-			b.ReportMetric(ratio, mode+"/off")
-		}
-		b.Logf("median of %d: %-12s %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, rps,
-			time.Duration(p50).Round(time.Microsecond), time.Duration(p99).Round(time.Microsecond), time.Duration(cpu).Microseconds(),
-			busy, time.Duration(runq).Microseconds(), ratio, slices.Min(ratios), slices.Max(ratios))
 	}
+	if len(concs) > 1 {
+		// Capacity: a mode's throughput at its best client count, round by
+		// round. A mode whose responses wait for a commit needs more clients
+		// in flight to keep the cores busy than one that does not; comparing
+		// each at its best compares what the service can serve, not how one
+		// client count happens to suit it.
+		capacity := func(i, round int) (float64, int) {
+			best, at := 0.0, 0
+			for c := range concs {
+				if r := byMode[i][c][round]; r.rps > best {
+					best, at = r.rps, r.conc
+				}
+			}
+			return best, at
+		}
+		for i, m := range modes {
+			var caps, ratios []float64
+			var line strings.Builder
+			for round := range len(byMode[i][0]) {
+				rps, at := capacity(i, round)
+				off, _ := capacity(0, round)
+				caps, ratios = append(caps, rps), append(ratios, rps/off)
+				fmt.Fprintf(&line, " %.0f@%d", rps, at)
+			}
+			ratio := median(ratios, func(x float64) float64 { return x })
+			b.Logf("capacity: %-12s %8.0f req/s (rounds:%s)  ratio to off %.2f (%.2f–%.2f)", m.name,
+				median(caps, func(x float64) float64 { return x }), line.String(), ratio, slices.Min(ratios), slices.Max(ratios))
+			if i > 0 {
+				b.ReportMetric(ratio, m.name+"_capacity/off")
+			}
+		}
+	}
+}
+
+// parseConcs reads -billbench.conc: client counts, comma-separated.
+func parseConcs(s string) ([]int, error) {
+	var concs []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-billbench.conc %q: want client counts like 128 or 128,192,256", s)
+		}
+		concs = append(concs, n)
+	}
+	return concs, nil
+}
+
+// reportBillBench logs one mode's rounds at one client count and their
+// medians against off's rounds at the same count; the metrics it reports
+// carry the count in their names when several were measured.
+func reportBillBench(b *testing.B, rs, off []billBenchResult, several bool) {
+	if len(rs) == 0 {
+		return
+	}
+	mode, conc := rs[0].mode, rs[0].conc
+	name := mode
+	if several {
+		name = mode + "@" + strconv.Itoa(conc)
+	}
+	var ratios []float64
+	for j, r := range rs {
+		ratios = append(ratios, r.rps/off[j].rps) // off is mode 0, unless no-off
+		b.Logf("round %d: %-12s %4d clients %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f", j+1, mode, conc, r.rps,
+			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpu.Microseconds(), r.busy, r.runq.Microseconds(), r.rps/off[j].rps)
+	}
+	rps := median(rs, func(r billBenchResult) float64 { return r.rps })
+	p50 := median(rs, func(r billBenchResult) float64 { return float64(r.p50) })
+	p99 := median(rs, func(r billBenchResult) float64 { return float64(r.p99) })
+	cpu := median(rs, func(r billBenchResult) float64 { return float64(r.cpu) })
+	busy := median(rs, func(r billBenchResult) float64 { return r.busy })
+	runq := median(rs, func(r billBenchResult) float64 { return float64(r.runq) })
+	ratio := median(ratios, func(x float64) float64 { return x })
+	b.ReportMetric(rps, name+"_req/s")
+	b.ReportMetric(float64(time.Duration(p50).Microseconds()), name+"_p50_µs")
+	b.ReportMetric(float64(time.Duration(p99).Microseconds()), name+"_p99_µs")
+	b.ReportMetric(float64(time.Duration(cpu).Microseconds()), name+"_cpu_µs/req")
+	if &rs[0] != &off[0] {
+		b.ReportMetric(ratio, name+"/off")
+	}
+	b.Logf("median of %d: %-12s %4d clients %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, conc, rps,
+		time.Duration(p50).Round(time.Microsecond), time.Duration(p99).Round(time.Microsecond), time.Duration(cpu).Microseconds(),
+		busy, time.Duration(runq).Microseconds(), ratio, slices.Min(ratios), slices.Max(ratios))
 }
 
 // schedLatencies reads the process's histogram of how long goroutines
@@ -287,7 +361,8 @@ store:
 		resp.Body.Close()
 		return time.Since(start), resp.StatusCode == 200
 	}
-	bb.phase(time.Second) // warm-up: connections, caches, the store's plans
+	concs, _ := parseConcs(*billBenchConc)   // checked by BenchmarkBilling
+	bb.phase(slices.Max(concs), time.Second) // warm-up: connections, caches, the store's plans
 	if m.Biller != nil {
 		bb.st0 = m.Biller.Stats()
 	}
@@ -304,14 +379,14 @@ func (bb *billBench) syncs() int64 {
 
 // phase runs the closed-loop clients for d and returns the latencies of the
 // requests served, the failures and the time it took.
-func (bb *billBench) phase(d time.Duration) ([]time.Duration, int64, time.Duration) {
+func (bb *billBench) phase(conc int, d time.Duration) ([]time.Duration, int64, time.Duration) {
 	var mu sync.Mutex
 	var lats []time.Duration
 	var errs atomic.Int64
 	stop := time.Now().Add(d)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range *billBenchConc {
+	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -334,13 +409,13 @@ func (bb *billBench) phase(d time.Duration) ([]time.Duration, int64, time.Durati
 }
 
 // slice measures the mode for d.
-func (bb *billBench) slice(b *testing.B, d time.Duration) billBenchResult {
+func (bb *billBench) slice(b *testing.B, conc int, d time.Duration) billBenchResult {
 	cpu0, q0 := processCPU(), schedLatencies()
-	lats, errs, elapsed := bb.phase(d)
+	lats, errs, elapsed := bb.phase(conc, d)
 	cpu, runq := processCPU()-cpu0, meanSince(q0, schedLatencies())
 	bb.served += int64(len(lats))
 	slices.Sort(lats)
-	r := billBenchResult{mode: bb.mode, rps: float64(len(lats)) / elapsed.Seconds(), errors: errs,
+	r := billBenchResult{mode: bb.mode, conc: conc, rps: float64(len(lats)) / elapsed.Seconds(), errors: errs,
 		busy: cpu.Seconds() / elapsed.Seconds(), runq: runq}
 	if len(lats) > 0 {
 		r.cpu = cpu / time.Duration(len(lats))
