@@ -118,6 +118,12 @@ func (db *DB) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.Billing
 var errReservationGone = errors.New("a reservation is gone")
 
 func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum bool) (func(), error) {
+	// A batch is not cancelled once it started: with a context that can end,
+	// the driver starts a goroutine per statement to interrupt it (and the
+	// statement's end wakes that goroutine), several per batch on the path
+	// of every charge. The one wait inside a batch, for SQLite's write lock,
+	// is bounded by busy_timeout anyway.
+	ctx = context.WithoutCancel(ctx)
 	return db.writeCommitted(ctx, func(tx *sql.Tx) error {
 		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
 		for _, op := range ops {
