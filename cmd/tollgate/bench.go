@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -93,6 +94,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	billingOn := fs.Bool("billing", true, "bill requests (holds, settles, ledger); false measures the serving core alone")
 	sqliteSync := fs.String("sqlite-synchronous", "full", "with --store sqlite: full or normal (store.sqlite_synchronous)")
 	storeKind := fs.String("store", "sqlite", "tollgate's store: sqlite, or postgres (URL from TOLLGATE_TEST_POSTGRES)")
+	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as `tollgate serve` logs at level info) to this file; the default discards it")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
 		fmt.Fprintln(c.stderr, "\nMeasures tollgate against a direct simulator on loopback and prints the ratios.")
@@ -167,6 +169,14 @@ models:
 		return err
 	}
 	m := &Main{Config: cfg}
+	if *accessLog != "" {
+		lf, err := os.OpenFile(*accessLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		m.Log = slog.New(slog.NewJSONHandler(lf, nil))
+	}
 	if err := m.Open(ctx); err != nil {
 		return err
 	}

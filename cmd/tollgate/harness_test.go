@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,7 +38,8 @@ type harnessOptions struct {
 	timeouts  string // a `timeouts:` block
 	store     string // a `store:` block; default SQLite in the test's temp dir
 	credit    tollgate.Amount
-	models    string // more entries of the models list; {{name}} is a simulator's URL
+	models    string       // more entries of the models list; {{name}} is a simulator's URL
+	log       *slog.Logger // Main's logger (default: discarded)
 }
 
 // flavourSims are the per-flavour servers of the harness.
@@ -115,7 +117,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, text)
 	}
-	h.main = &Main{Config: cfg}
+	h.main = &Main{Config: cfg, Log: o.log}
 	if err := h.main.Open(context.Background()); err != nil {
 		t.Fatalf("open: %v", err)
 	}
