@@ -180,6 +180,7 @@ func (c *conn) serveRequest(h http.Handler, req *http.Request, hr *headInfo) boo
 			c.writeError(http.StatusInternalServerError, "internal server error")
 			_ = c.bw.Flush()
 		}
+		w.runAfterSend()
 		return false
 	}
 	w.finish()
@@ -190,6 +191,7 @@ func (c *conn) serveRequest(h http.Handler, req *http.Request, hr *headInfo) boo
 	if w.deadline {
 		_ = c.nc.SetWriteDeadline(time.Time{})
 	}
+	w.runAfterSend()
 	if werr != nil {
 		return false
 	}

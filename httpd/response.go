@@ -49,6 +49,37 @@ type response struct {
 	// readDeadline: the handler set a read deadline; the body's idle
 	// limit then stands aside.
 	readDeadline bool
+	// afterSend runs once the response is written out (AfterSend).
+	afterSend func()
+}
+
+// AfterSend arranges for f to run once the response w belongs to has been
+// written to the connection, after its handler returned (or panicked): for
+// work the client should not wait for, such as an access log line. A
+// response is sent only when its handler returns, so work done at the end
+// of the handler, even deferred, delays it. It reports false, and does not
+// keep f, if w is not this server's (f should then run at once); a second
+// call replaces the first's f.
+func AfterSend(w http.ResponseWriter, f func()) bool {
+	for {
+		switch v := w.(type) {
+		case *response:
+			v.afterSend = f
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return false
+		}
+	}
+}
+
+// runAfterSend runs the AfterSend function, once.
+func (w *response) runAfterSend() {
+	if f := w.afterSend; f != nil {
+		w.afterSend = nil
+		f()
+	}
 }
 
 // newResponse starts the response to req. A response is not reused: a

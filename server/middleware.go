@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/httpd"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -54,10 +55,9 @@ func infoFrom(w http.ResponseWriter) *requestInfo {
 // http.ResponseController (flush, write deadlines, trailers).
 type statusWriter struct {
 	http.ResponseWriter
-	status  int
-	bytes   int64
-	flushed bool        // the handler flushed: the response is committed
-	ri      requestInfo // in the same allocation
+	status int
+	bytes  int64
+	ri     requestInfo // in the same allocation
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -77,26 +77,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Flush() {
-	w.flushed = true
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
-	}
-}
-
-// sendBeforeLog sends what the handler wrote before the access log line is
-// made, so that formatting and writing the line is not part of the
-// client's wait: the server sends a response only when its handler returns
-// (the middleware's deferred log runs before that). Only for a response
-// whose framing is settled, so that flushing it early changes nothing on
-// the wire: one with its own Content-Length (answers, error envelopes), or
-// one already flushed (a stream; its end, the terminator and the cost
-// trailer, still follow when the handler returns).
-func (w *statusWriter) sendBeforeLog() {
-	if w.status == 0 {
-		return
-	}
-	if w.flushed || w.Header().Get("Content-Length") != "" {
-		w.Flush()
 	}
 }
 
@@ -123,9 +105,12 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				}
 			}
 			if s.Log.Enabled(r.Context(), slog.LevelInfo) {
+				// The line is made once the response is on its way: the
+				// server sends it when the handler returns, after this.
 				d := time.Since(start)
-				sw.sendBeforeLog()
-				s.logRequest(r, sw, ri, d)
+				if !httpd.AfterSend(sw, func() { s.logRequest(r, sw, ri, d) }) {
+					s.logRequest(r, sw, ri, d)
+				}
 			}
 		}()
 		next.ServeHTTP(sw, r)

@@ -118,14 +118,21 @@ func (db *DB) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.Billing
 var errReservationGone = errors.New("a reservation is gone")
 
 func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum bool) (func(), error) {
-	// A batch is not cancelled once it started: with a context that can end,
+	// The statements run under a context that cannot end: with one that can,
 	// the driver starts a goroutine per statement to interrupt it (and the
 	// statement's end wakes that goroutine), several per batch on the path
-	// of every charge. The one wait inside a batch, for SQLite's write lock,
-	// is bounded by busy_timeout anyway.
+	// of every charge. The caller's context still bounds the batch: it is
+	// checked before the transaction and before each statement (txStmts.c), and a
+	// statement's one wait, for SQLite's write lock, is bounded by
+	// busy_timeout. (So a batch retried op by op after its deadline fails at
+	// once instead of waiting busy_timeout per op.)
+	limit := ctx
+	if err := limit.Err(); err != nil {
+		return nil, err
+	}
 	ctx = context.WithoutCancel(ctx)
 	return db.writeCommitted(ctx, func(tx *sql.Tx) error {
-		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
+		b := &txStmts{ctx: ctx, limit: limit, tx: tx, s: &db.bill}
 		for _, op := range ops {
 			var err error
 			if op.Kind != tollgate.OpCharge || !sum || op.Charge.Cost > op.Covered {
@@ -163,7 +170,8 @@ func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum b
 
 // txStmts binds the prepared statements to one transaction, once each.
 type txStmts struct {
-	ctx   context.Context
+	ctx   context.Context // cannot end (applyBilling)
+	limit context.Context // the caller's: checked before each statement
 	tx    *sql.Tx
 	s     *billStmts
 	bound map[*sql.Stmt]*sql.Stmt
@@ -193,7 +201,7 @@ func (b *txStmts) st(s *sql.Stmt) *sql.Stmt {
 }
 
 func (b *txStmts) exec(s *sql.Stmt, args ...any) (int64, error) {
-	res, err := b.st(s).ExecContext(b.ctx, args...)
+	res, err := b.st(s).ExecContext(b.c(), args...)
 	if err != nil {
 		return 0, err
 	}
@@ -201,7 +209,17 @@ func (b *txStmts) exec(s *sql.Stmt, args ...any) (int64, error) {
 }
 
 func (b *txStmts) row(s *sql.Stmt, args ...any) *sql.Row {
-	return b.st(s).QueryRowContext(b.ctx, args...)
+	return b.st(s).QueryRowContext(b.c(), args...)
+}
+
+// c is the context for the next statement: b.ctx, which cannot end, unless
+// the caller's context has ended; then that one, so that the statement fails
+// at once with its error.
+func (b *txStmts) c() context.Context {
+	if b.limit != nil && b.limit.Err() != nil {
+		return b.limit
+	}
+	return b.ctx
 }
 
 func (b *txStmts) hold(op *tollgate.BillingOp) error {
@@ -238,7 +256,7 @@ func (b *txStmts) hold(op *tollgate.BillingOp) error {
 	err = b.row(b.s.holdKey, amt, h.KeyID, h.AccountID).Scan(&rpm, &tpm)
 	if errors.Is(err, sql.ErrNoRows) {
 		var limit, spent, kheld int64
-		err := b.tx.QueryRowContext(b.ctx, `SELECT spend_limit, spent, held FROM api_keys WHERE id = ? AND account_id = ?`,
+		err := b.tx.QueryRowContext(b.c(), `SELECT spend_limit, spent, held FROM api_keys WHERE id = ? AND account_id = ?`,
 			h.KeyID, h.AccountID).Scan(&limit, &spent, &kheld)
 		if errors.Is(err, sql.ErrNoRows) {
 			return undo(tollgate.HoldNoAccount, false)
@@ -330,7 +348,7 @@ func (b *txStmts) reserve(op *tollgate.BillingOp) error {
 		return err
 	}
 	var limit, rpm, tpm int64
-	err = b.tx.QueryRowContext(b.ctx, `SELECT spend_limit, rpm, tpm FROM api_keys WHERE id = ? AND account_id = ?`,
+	err = b.tx.QueryRowContext(b.c(), `SELECT spend_limit, rpm, tpm FROM api_keys WHERE id = ? AND account_id = ?`,
 		h.KeyID, h.AccountID).Scan(&limit, &rpm, &tpm)
 	if errors.Is(err, sql.ErrNoRows) {
 		op.Outcome = tollgate.HoldNoAccount
@@ -350,7 +368,7 @@ func (b *txStmts) reserve(op *tollgate.BillingOp) error {
 		return nil
 	}
 	if op.Create {
-		_, err = b.tx.ExecContext(b.ctx, `INSERT INTO holds (id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires)
+		_, err = b.tx.ExecContext(b.c(), `INSERT INTO holds (id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires)
 			VALUES (?, '', ?, ?, '', '', ?, 0, 0, ?, ?, ?)`, h.ID, h.AccountID, h.KeyID, grant, h.Owner, toMicros(h.Created), toMicros(h.Expires))
 	} else {
 		var n int64
@@ -390,7 +408,7 @@ func reservationGrant(free, want, need, minFree, fraction int64) (int64, bool) {
 }
 
 func (b *txStmts) execQ(q string, args ...any) (int64, error) {
-	res, err := b.tx.ExecContext(b.ctx, q, args...)
+	res, err := b.tx.ExecContext(b.c(), q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -403,7 +421,7 @@ func (b *txStmts) execQ(q string, args ...any) (int64, error) {
 func (b *txStmts) giveBack(op *tollgate.BillingOp) error {
 	op.Gone = false
 	var acct, key string
-	err := b.tx.QueryRowContext(b.ctx, `UPDATE holds SET amount = amount - ? WHERE id = ? AND request_id = '' RETURNING account_id, key_id`,
+	err := b.tx.QueryRowContext(b.c(), `UPDATE holds SET amount = amount - ? WHERE id = ? AND request_id = '' RETURNING account_id, key_id`,
 		int64(op.Return), op.Reservation).Scan(&acct, &key)
 	if errors.Is(err, sql.ErrNoRows) {
 		op.Gone = true
@@ -485,7 +503,7 @@ func (b *txStmts) charge(op *tollgate.BillingOp) error {
 		return err
 	}
 	var have int64
-	err = b.tx.QueryRowContext(b.ctx, `SELECT amount FROM holds WHERE id = ? AND request_id = ''`, op.Reservation).Scan(&have)
+	err = b.tx.QueryRowContext(b.c(), `SELECT amount FROM holds WHERE id = ? AND request_id = ''`, op.Reservation).Scan(&have)
 	covered, taken := int64(op.Covered), int64(op.Covered+op.Return)
 	if errors.Is(err, sql.ErrNoRows) {
 		op.Gone, covered, taken = true, 0, 0
