@@ -131,7 +131,7 @@ func BenchmarkBilling(b *testing.B) {
 	for range b.N {
 		benches := make([]*billBench, len(modes))
 		for i, m := range modes {
-			benches[i] = startBillBench(b, m.name, m.store, m.extra, sim.URL())
+			benches[i] = startBillBench(b, m.name, m.store, m.extra, sim.URL(), slices.Max(concs))
 		}
 		for range rounds {
 			for c, conc := range concs {
@@ -146,7 +146,7 @@ func BenchmarkBilling(b *testing.B) {
 	}
 	for c := range concs {
 		for i := range modes {
-			reportBillBench(b, byMode[i][c], byMode[0][c], len(concs) > 1)
+			reportBillBench(b, byMode[i][c], byMode[0][c], i > 0, len(concs) > 1)
 		}
 	}
 	if len(concs) > 1 {
@@ -197,9 +197,10 @@ func parseConcs(s string) ([]int, error) {
 }
 
 // reportBillBench logs one mode's rounds at one client count and their
-// medians against off's rounds at the same count; the metrics it reports
-// carry the count in their names when several were measured.
-func reportBillBench(b *testing.B, rs, off []billBenchResult, several bool) {
+// medians against off's rounds at the same count (off is mode 0, unless
+// no-off: vsOff is false for mode 0 itself); the metrics it reports carry
+// the count in their names when several were measured.
+func reportBillBench(b *testing.B, rs, off []billBenchResult, vsOff, several bool) {
 	if len(rs) == 0 {
 		return
 	}
@@ -210,7 +211,7 @@ func reportBillBench(b *testing.B, rs, off []billBenchResult, several bool) {
 	}
 	var ratios []float64
 	for j, r := range rs {
-		ratios = append(ratios, r.rps/off[j].rps) // off is mode 0, unless no-off
+		ratios = append(ratios, r.rps/off[j].rps)
 		b.Logf("round %d: %-12s %4d clients %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f", j+1, mode, conc, r.rps,
 			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpu.Microseconds(), r.busy, r.runq.Microseconds(), r.rps/off[j].rps)
 	}
@@ -225,7 +226,7 @@ func reportBillBench(b *testing.B, rs, off []billBenchResult, several bool) {
 	b.ReportMetric(float64(time.Duration(p50).Microseconds()), name+"_p50_µs")
 	b.ReportMetric(float64(time.Duration(p99).Microseconds()), name+"_p99_µs")
 	b.ReportMetric(float64(time.Duration(cpu).Microseconds()), name+"_cpu_µs/req")
-	if &rs[0] != &off[0] {
+	if vsOff {
 		b.ReportMetric(ratio, name+"/off")
 	}
 	b.Logf("median of %d: %-12s %4d clients %8.0f req/s  p50 %6s  p99 %6s  cpu %4dµs/req  busy %.2f cores  run queue %4dµs  ratio to off %.2f (%.2f–%.2f)", len(rs), mode, conc, rps,
@@ -297,7 +298,8 @@ type billBench struct {
 	syncs0 int64
 }
 
-func startBillBench(b *testing.B, mode, store, extra, simURL string) *billBench {
+// startBillBench starts mode's service and warms it up with warmConc clients.
+func startBillBench(b *testing.B, mode, store, extra, simURL string, warmConc int) *billBench {
 	b.Helper()
 	doc := `listen:
   api: 127.0.0.1:0
@@ -361,8 +363,7 @@ store:
 		resp.Body.Close()
 		return time.Since(start), resp.StatusCode == 200
 	}
-	concs, _ := parseConcs(*billBenchConc)   // checked by BenchmarkBilling
-	bb.phase(slices.Max(concs), time.Second) // warm-up: connections, caches, the store's plans
+	bb.phase(warmConc, time.Second) // warm-up: connections, caches, the store's plans
 	if m.Biller != nil {
 		bb.st0 = m.Biller.Stats()
 	}
