@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -296,6 +297,8 @@ type billBench struct {
 	served int64
 	st0    billing.Stats
 	syncs0 int64
+	labels pprof.LabelSet // billbench=<mode>, on every goroutine of the mode
+	sent   atomic.Int64   // requests sent, warm-up included (a labelled profile's denominator)
 }
 
 // startBillBench starts mode's service and warms it up with warmConc clients.
@@ -328,7 +331,13 @@ store:
 		b.Fatal(err)
 	}
 	m := &Main{Config: cfg}
-	if err := m.Open(context.Background()); err != nil {
+	// Every goroutine of this mode's service (listeners, connections, the
+	// billing workers) and of its clients carries the profiler label
+	// billbench=<mode>: a CPU profile of a run of several modes splits by
+	// mode with -tagfocus, each measured in the same minutes of the VM.
+	var openErr error
+	pprof.Do(context.Background(), pprof.Labels("billbench", mode), func(ctx context.Context) { openErr = m.Open(ctx) })
+	if err := openErr; err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
@@ -349,12 +358,13 @@ store:
 	url := m.APIURL() + "/chat/completions"
 	body := `{"model":"bench","max_tokens":64,"stream":` + strconv.FormatBool(*billBenchStrm) +
 		`,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
-	bb := &billBench{mode: mode, m: m, acct: acct.ID}
+	bb := &billBench{mode: mode, m: m, acct: acct.ID, labels: pprof.Labels("billbench", mode)}
 	bb.one = func() (time.Duration, bool) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+secret)
 		req.Header.Set("Content-Type", "application/json")
 		start := time.Now()
+		bb.sent.Add(1)
 		resp, err := client.Do(req)
 		if err != nil {
 			return 0, false
@@ -391,6 +401,7 @@ func (bb *billBench) phase(conc int, d time.Duration) ([]time.Duration, int64, t
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), bb.labels))
 			var mine []time.Duration
 			for time.Now().Before(stop) {
 				lat, ok := bb.one()
@@ -431,6 +442,7 @@ func (bb *billBench) slice(b *testing.B, conc int, d time.Duration) billBenchRes
 // finish reports the writer's figures over all of the mode's slices and
 // checks that every served request was charged.
 func (bb *billBench) finish(b *testing.B) {
+	b.Logf("%s: %d requests sent in all, warm-up included (the CPU profile's billbench=%s label covers them)", bb.mode, bb.sent.Load(), bb.mode)
 	if bb.m.Biller != nil {
 		st := bb.m.Biller.Stats()
 		ops, batches := st.Ops-bb.st0.Ops, st.Batches-bb.st0.Batches

@@ -45,6 +45,10 @@ func main() {
 	}
 }
 
+// census: with -census, also count the goroutines blocked on each thing
+// while a core is idle.
+var census = flag.Bool("census", false, "also report what the blocked goroutines waited for while a core had no goroutine")
+
 func run(in io.Reader, from, to, cores float64) error {
 	r, err := trace.NewReader(in)
 	if err != nil {
@@ -58,6 +62,12 @@ func run(in io.Reader, from, to, cores float64) error {
 	lastBlocked := ""                 // why the goroutine that last stopped running stopped
 	idleAfter := map[string]float64{} // core-time with no goroutine, by lastBlocked
 	heldBy := map[string]float64{}    // core-time with ready work waiting, by the system calls holding Ps
+	// The census: what every goroutine blocked on, and for the idle
+	// core-time, how many goroutines were blocked on each thing meanwhile.
+	blockedOn := map[trace.GoID]string{}
+	blockedCount := map[string]int{}
+	idleCensus := map[string]float64{} // idle core-time × goroutines blocked on each thing
+	var idleTime float64
 	for {
 		ev, err := r.ReadEvent()
 		if err == io.EOF {
@@ -77,6 +87,12 @@ func run(in io.Reader, from, to, cores float64) error {
 			if busy := running + float64(insys); busy < cores {
 				noGoroutine += dt * (cores - busy)
 				idleAfter[lastBlocked] += dt * (cores - busy)
+				if *census {
+					idleTime += dt * (cores - busy)
+					for k, n := range blockedCount {
+						idleCensus[k] += dt * (cores - busy) * float64(n)
+					}
+				}
 			}
 			if running < cores && ready > 0 && insys > 0 {
 				w := dt * min(cores-running, float64(ready))
@@ -106,6 +122,19 @@ func run(in io.Reader, from, to, cores float64) error {
 		}
 		state[id] = next
 		count[next]++
+		if *census {
+			if k, ok := blockedOn[id]; ok {
+				if blockedCount[k]--; blockedCount[k] == 0 {
+					delete(blockedCount, k)
+				}
+				delete(blockedOn, id)
+			}
+			if next == trace.GoWaiting {
+				k := st.Reason + ": " + frames(st.Stack)
+				blockedOn[id] = k
+				blockedCount[k]++
+			}
+		}
 		if next == trace.GoSyscall {
 			sysStack[id] = frames(st.Stack)
 		}
@@ -119,6 +148,17 @@ func run(in io.Reader, from, to, cores float64) error {
 	printTop(idleAfter, pct, 12)
 	fmt.Printf("ready goroutines waiting while Ps sat in system calls: %.1f%% of the cores; by system call:\n", pct(waitingOnSyscall))
 	printTop(heldBy, pct, 12)
+	if *census && idleTime > 0 {
+		fmt.Printf("while a core had no goroutine, goroutines blocked on average on:\n")
+		keys := make([]string, 0, len(idleCensus))
+		for k := range idleCensus {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return idleCensus[keys[i]] > idleCensus[keys[j]] })
+		for _, k := range keys[:min(15, len(keys))] {
+			fmt.Printf("  %6.1f  %s\n", idleCensus[k]/idleTime, k)
+		}
+	}
 	return nil
 }
 
