@@ -32,7 +32,6 @@ type streamer struct {
 	// The watchdog is a timer, not a goroutine: a stream that answers
 	// quickly never runs it, and ending it needs no hand-off.
 	watch   *time.Timer
-	period  time.Duration
 	endBy   int64 // unix nanos: the total cap (timeouts.stream_total) ends the stream then
 	cancel  context.CancelCauseFunc
 	stopped bool // the watchdog must do nothing more (under mu)
@@ -305,18 +304,33 @@ func (s *streamer) flush() {
 	s.lastWrite.Store(s.x.r.now().UnixNano())
 }
 
-// startWatchdog arms the watchdog: every period it sends a `: keep-alive`
-// comment if nothing else was written for KeepAlive, and ends the upstream
-// call when the backend has been silent past StreamIdle.
+// startWatchdog arms the watchdog. It fires when the next thing it enforces
+// is due: a `: keep-alive` comment once nothing was written for a little
+// less than KeepAlive (keepAliveDue), the end of the upstream call when the
+// backend has been silent for StreamIdle, the end of the stream at
+// StreamTotal. Writes and events only push those times later, so a timer
+// armed for the earliest of them never fires late; when it fires early (the
+// stream moved on meanwhile) it is armed again for the new earliest. A
+// stream that answers quickly never runs it.
 func (s *streamer) startWatchdog(cancel context.CancelCauseFunc) {
 	o := s.x.r.opts
 	s.mu.Lock() // tick takes mu first, so it sees s.watch set
 	defer s.mu.Unlock()
-	// A quarter of the shortest limit: each is enforced within 25% of itself.
-	s.period = max(min(o.KeepAlive, o.StreamIdle, o.StreamTotal)/4, 5*time.Millisecond)
 	s.cancel = cancel
-	s.watch = time.AfterFunc(s.period, s.tick)
+	s.watch = time.AfterFunc(min(keepAliveDue(o.KeepAlive), o.StreamIdle, o.StreamTotal), s.tick)
 }
+
+// keepAliveDue is how long after the last write the keep-alive comment is
+// sent: a tenth earlier than KeepAlive, at most 250 ms, so that the timer's
+// and the scheduler's delays never let a gap exceed KeepAlive (CONTRACT.md:
+// comments at least every 15 s).
+func keepAliveDue(keepAlive time.Duration) time.Duration {
+	return keepAlive - min(keepAlive/10, 250*time.Millisecond)
+}
+
+// watchdogMinWait keeps a watchdog that fires early from firing again at
+// once, over and over.
+const watchdogMinWait = time.Millisecond
 
 // stopWatchdog ends the watchdog: once it returns, the watchdog writes
 // nothing and cancels nothing. It may be called more than once.
@@ -339,7 +353,8 @@ func (s *streamer) tick() {
 		s.cancel(errStreamTotal)
 		return
 	}
-	if time.Duration(now-s.lastUpstream.Load()) >= o.StreamIdle {
+	idleAt := s.lastUpstream.Load() + int64(o.StreamIdle)
+	if now >= idleAt {
 		s.cancel(errStreamIdle)
 		return
 	}
@@ -348,7 +363,8 @@ func (s *streamer) tick() {
 	if s.stopped {
 		return
 	}
-	if time.Duration(now-s.lastWrite.Load()) >= o.KeepAlive && s.writeErr == nil {
+	due := int64(keepAliveDue(o.KeepAlive))
+	if now-s.lastWrite.Load() >= due && s.writeErr == nil {
 		if !s.committed {
 			s.commit()
 		}
@@ -359,7 +375,11 @@ func (s *streamer) tick() {
 		}
 		s.lastWrite.Store(now)
 	}
-	s.watch.Reset(s.period)
+	next := min(s.endBy, idleAt)
+	if s.writeErr == nil {
+		next = min(next, s.lastWrite.Load()+due)
+	}
+	s.watch.Reset(max(time.Duration(next-now), watchdogMinWait))
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream, with or

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -360,6 +361,73 @@ func TestStreamKeepAliveAndIdle(t *testing.T) {
 	}
 }
 
+// While the backend is silent, no gap between two writes to the client is
+// longer than keep_alive (CONTRACT.md: comments at least every 15 s), also
+// when the silence starts after a token rather than at the start: the
+// watchdog sends the comment a little before the gap reaches keep_alive. It
+// does not flood the client either. A watchdog that looked every quarter of
+// keep_alive let a gap that began between two of its looks reach 1.25 ×
+// keep_alive.
+func TestStreamKeepAliveGaps(t *testing.T) {
+	const keepAlive = 200 * time.Millisecond
+	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 200ms\n  stream_idle: 10s\n"})
+	// Tokens 700 ms apart, the first after 105 ms: each silence starts at
+	// its own point between two of an every-50-ms watchdog's looks.
+	req, err := http.NewRequest(http.MethodPost, "http://"+h.main.Addr("api")+"/v1/chat/completions",
+		strings.NewReader(`{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim ttft=105ms tokens=4 gap=700ms]"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// The arrival of every event (chunk or comment), from the request's start.
+	type event struct {
+		at        time.Duration
+		keepAlive bool
+	}
+	var events []event
+	sc := bufio.NewScanner(resp.Body)
+	done := false
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		events = append(events, event{time.Since(start), line == ": keep-alive"})
+		done = done || line == "data: [DONE]"
+	}
+	if resp.StatusCode != 200 || !done {
+		t.Fatalf("status %d, [DONE] %v", resp.StatusCode, done)
+	}
+	// Scheduling on a busy test machine may delay a write; 10 ms of it is
+	// tolerated on top of keep_alive (the watchdog aims 20 ms early).
+	const slack = 10 * time.Millisecond
+	var prev, prevKeepAlive time.Duration
+	keepAlives := 0
+	for i, e := range events {
+		if gap := e.at - prev; gap > keepAlive+slack {
+			t.Errorf("event %d came %s after the previous write; keep_alive is %s (all: %v)", i, gap, keepAlive, events)
+		}
+		if e.keepAlive {
+			if keepAlives > 0 && e.at-prevKeepAlive < keepAlive/2 {
+				t.Errorf("keep-alive at %s came only %s after the previous one (all: %v)", e.at, e.at-prevKeepAlive, events)
+			}
+			keepAlives++
+			prevKeepAlive = e.at
+		}
+		prev = e.at
+	}
+	if keepAlives < 6 {
+		t.Errorf("%d keep-alives in 2.2 s of silences with keep_alive %s: %v", keepAlives, keepAlive, events)
+	}
+}
+
 func TestModelsAndPricing(t *testing.T) {
 	h := newHarness(t, harnessOptions{extraYAML: "traffic:\n  flush: 1h\n  share_cache: 1ns\n"})
 	status, _, b := h.get("/v1/models")
@@ -493,7 +561,7 @@ func TestStreamTotalCap(t *testing.T) {
 	if !bytes.Contains(events[len(events)-2], []byte(`"choices":[],"usage":{`)) {
 		t.Errorf("no usage chunk before the error event: %s", events[len(events)-2])
 	}
-	// 100 tokens 40 ms apart take 4 s: the cap (checked every 7.5 ms here) ended it long before.
+	// 100 tokens 40 ms apart take 4 s: the cap (the watchdog fires when it is due) ended it long before.
 	if took > 2*time.Second {
 		t.Errorf("the stream ran %s; its total cap is 400ms", took)
 	}
