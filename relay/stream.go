@@ -70,8 +70,11 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	resp, err := x.send(ctx)
 	switch {
 	case err != nil && (errors.Is(context.Cause(ctx), errStreamIdle) || errors.Is(context.Cause(ctx), errStreamTotal)):
-		// Our own idle or total cap ended the wait for the headers: mapped below.
+		// Our own idle or total cap ended the wait for the headers: mapped
+		// below. A node that takes a request and never answers it is failing
+		// (passive health counts timeouts, as for non-streamed requests).
 		readErr = err
+		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
 	case err != nil:
 		failure = x.transportError(ctx, req, err)
 	case resp.StatusCode/100 != 2:

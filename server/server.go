@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -123,10 +124,11 @@ func (s *Server) mux(routes []route) *routeTable {
 		t.exact[rt.path] = h
 		mux.HandleFunc(rt.path, h)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	t.notFound = func(w http.ResponseWriter, r *http.Request, hint string) {
 		WriteError(w, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
-			"%s %s is not served on this listener (it serves %s)", r.Method, r.URL.Path, served))
-	})
+			"%s %s is not served on this listener (it serves %s)%s", r.Method, r.URL.Path, served, hint))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { t.notFound(w, r, "") })
 	return t
 }
 
@@ -135,9 +137,16 @@ func (s *Server) mux(routes []route) *routeTable {
 // cleaning and its redirects, 404, the routes mounted later). The ServeMux's
 // pattern matching cost a few µs a request on the hot path; for an exact,
 // unescaped path it would pick the same handler.
+//
+// A path the ServeMux would clean (`//`, `/./`, `/../`) is not served: the
+// ServeMux answered it with a 301 to the cleaned path, which has no error
+// envelope and which clients follow by turning a POST into a GET. It is 404
+// not_found, naming the path it would have meant (CONTRACT.md: any path that
+// is not served).
 type routeTable struct {
-	exact map[string]http.HandlerFunc
-	mux   *http.ServeMux
+	exact    map[string]http.HandlerFunc
+	mux      *http.ServeMux
+	notFound func(w http.ResponseWriter, r *http.Request, hint string)
 }
 
 func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -147,7 +156,29 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.Method != http.MethodConnect {
+		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+			t.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
+			return
+		}
+	}
 	t.mux.ServeHTTP(w, r)
+}
+
+// cleanPath is the path the ServeMux would redirect p to: path.Clean, with a
+// trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // Handle mounts h on pattern (after the table's own routes). A pattern on

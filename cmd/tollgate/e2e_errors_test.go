@@ -61,6 +61,10 @@ func TestUnservedEndpoints404(t *testing.T) {
 		{"GET", "/"}, {"GET", "/v2/models"},
 		// Escaped or trailing-slash spellings of a served path are not it.
 		{"POST", "/v1/chat%2Fcompletions"}, {"POST", "/v1/chat/completions/"}, {"GET", "/v1/models/"},
+		// So are spellings a path cleaner would fix (no redirect: a client
+		// follows a 301 by turning its POST into a GET).
+		{"POST", "/v1//chat/completions"}, {"POST", "/v1/./chat/completions"}, {"GET", "//v1/models"},
+		{"POST", "/v2/../v1/chat/completions"}, {"GET", "/v1//embeddings"},
 	} {
 		req, _ := http.NewRequest(p.method, "http://"+h.main.Addr("api")+p.path, strings.NewReader(`{"model":"tg-chat"}`))
 		req.Header.Set("Authorization", "Bearer "+h.key)
@@ -513,6 +517,23 @@ func TestModelsAndPricing(t *testing.T) {
 	if !bytes.Contains(b, []byte(`"network_uptime_7d":0.75`)) || !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.64","output":"2.5"}}`)) {
 		t.Errorf("pricing after 3 network + 1 fallback: %s", b)
 	}
+}
+
+// A node that takes streamed requests and never answers them (not even
+// their headers) is taken out like one that times out non-streamed requests:
+// after health.failure_threshold (3) such streams, the next request finds no
+// node that can take it.
+func TestStreamHeaderTimeoutsTakeTheNodeOut(t *testing.T) {
+	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 50ms\n  stream_idle: 200ms\n"})
+	hung := `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim fault=hang]"}]}`
+	for i := range 3 {
+		status, _, b := h.post("/v1/chat/completions", hung, nil)
+		if status != 200 || !bytes.Contains(b, []byte(`"code":"timeout"`)) {
+			t.Fatalf("hung stream %d: %d %s", i, status, b)
+		}
+	}
+	status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm",`+hiMessages+`}`, nil)
+	expectError(t, status, b, 503, "backend_unavailable", "")
 }
 
 // A node that refused connections is out; when it answers its health
