@@ -175,16 +175,17 @@ type head struct {
 // other field is checked for syntax and dropped. resp.Body is the returned
 // body; the caller attaches the connection to it (exchange).
 //
-// A failure before the answer's first byte is a *noAnswerError (an end of
-// input there wraps io.EOF): only such a failure may be retried (post).
-// Anywhere later in the header, an end of input is io.ErrUnexpectedEOF.
+// An end of input before the answer's first byte is errClosedBeforeAnswer
+// (it wraps io.EOF; post does not send the request again: the server may
+// have run it). Anywhere later in the header, an end of input is
+// io.ErrUnexpectedEOF.
 // Read errors come back as they are.
 func readResponse(br *bufio.Reader) (*http.Response, *h1Body, error) {
 	if _, err := br.Peek(1); err != nil {
 		if err == io.EOF {
 			err = errClosedBeforeAnswer
 		}
-		return nil, nil, &noAnswerError{err}
+		return nil, nil, err
 	}
 	budget := maxHeaderBytes
 	var h head

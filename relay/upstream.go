@@ -37,6 +37,8 @@ type h1Pool struct {
 
 type h1Conn struct {
 	c      net.Conn
+	fd     int     // c's socket descriptor, for alive; -1 if c is not one
+	probe  [1]byte // alive's read buffer
 	br     *bufio.Reader
 	reused bool
 	idleAt time.Time
@@ -53,7 +55,7 @@ type upstreamHead struct {
 
 // maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
 // of llama.cpp's server and uvicorn (vLLM, SGLang), so the pool rarely hands
-// out a connection the server is closing (post retries that case anyway).
+// out a connection the server is closing (get checks each one anyway).
 const maxIdleTime = 4 * time.Second
 
 func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
@@ -68,28 +70,36 @@ func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
 	return &h1Pool{host: host, hostHdr: u.Host, path: u.RequestURI(), dialer: dialer, maxIdle: 1024}, nil
 }
 
+// get returns the most recently used pooled connection that is still open
+// (alive: one the server closed while it was pooled is dropped before
+// anything is written to it), or a new one.
 func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
-	p.mu.Lock()
-	n := len(p.idle)
-	if n == 0 {
-		p.mu.Unlock()
-		return p.dial(ctx)
-	}
-	c := p.idle[n-1] // the most recently used
-	if time.Since(c.idleAt) <= maxIdleTime {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return p.dial(ctx)
+		}
+		c := p.idle[n-1] // the most recently used
+		if time.Since(c.idleAt) > maxIdleTime {
+			// The newest is too old, so are all the others.
+			stale := p.idle
+			p.idle = nil
+			p.mu.Unlock()
+			for _, o := range stale {
+				o.c.Close()
+			}
+			return p.dial(ctx)
+		}
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		c.reused = true
-		return c, nil
+		if alive(c) {
+			c.reused = true
+			return c, nil
+		}
+		c.c.Close()
 	}
-	// The newest is too old, so are all the others.
-	stale := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	for _, o := range stale {
-		o.c.Close()
-	}
-	return p.dial(ctx)
 }
 
 // dial opens a new connection.
@@ -99,7 +109,7 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 		return nil, err
 	}
 	p.dials.Add(1)
-	return &h1Conn{c: nc, br: bufio.NewReaderSize(nc, 16<<10)}, nil
+	return &h1Conn{c: nc, fd: socketFD(nc), br: bufio.NewReaderSize(nc, 16<<10)}, nil
 }
 
 func (p *h1Pool) put(c *h1Conn) {
@@ -127,10 +137,17 @@ func (p *h1Pool) closeIdle() {
 
 // post sends one POST and returns the answer. The body reads from the
 // connection; reading it to the end returns the connection to the pool,
-// closing it early discards the connection. A pooled connection the server
-// had closed (keep-alive timeouts are short: llama.cpp says timeout=5,
-// max=100) is retried once on a newly dialled connection, as net/http does,
-// when nothing of an answer was read.
+// closing it early discards the connection.
+//
+// A request is sent once. get hands out only a pooled connection still open
+// (keep-alive timeouts are short: llama.cpp says timeout=5, max=100), and a
+// request whose write failed part-way (notSentError: the server cannot have
+// run a request it did not get whole) is written once more on a newly
+// dialled connection. A failure after the whole request was written is
+// returned, even before any byte of an answer: the server may have been
+// running it (a vLLM answers a non-streamed request only when it is done),
+// and sending it again would run it twice, on this node or, if this one now
+// refuses connections, on another (CONTRACT.md: no resend once sent).
 func (p *h1Pool) post(ctx context.Context, header upstreamHead, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		get := p.get
@@ -149,25 +166,22 @@ func (p *h1Pool) post(ctx context.Context, header upstreamHead, body []byte) (*h
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		var na *noAnswerError
-		if c.reused && attempt == 0 && errors.As(err, &na) && retryable(na.err) {
+		var ns *notSentError
+		if attempt == 0 && errors.As(err, &ns) && retryable(ns.err) {
 			continue
 		}
 		return nil, err
 	}
 }
 
-// noAnswerError is a failure before any byte of an answer was read (while
-// the request was written, or waiting for the answer's first byte:
-// readResponse). Only
-// such a failure on a pooled connection is retried: a POST that got part of
-// an answer may have reached a model, and is never sent again.
-type noAnswerError struct{ err error }
+// notSentError is a failure to write the whole request: the server did not
+// get it whole, so it ran nothing, and the request may be written again.
+type notSentError struct{ err error }
 
-func (e *noAnswerError) Error() string { return e.err.Error() }
-func (e *noAnswerError) Unwrap() error { return e.err }
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
-// retryable: the server closed a pooled connection before answering.
+// retryable: the server closed the connection under the write.
 func retryable(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
@@ -197,7 +211,7 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 	bufs := net.Buffers(c.bufs[:])
 	if _, err := bufs.WriteTo(c.c); err != nil {
 		stop()
-		return nil, &noAnswerError{err}
+		return nil, &notSentError{err}
 	}
 	resp, b, err := readResponse(c.br)
 	if err != nil {

@@ -77,6 +77,36 @@ func TestH1PoolRetriesAConnectionTheServerClosed(t *testing.T) {
 	}
 }
 
+// A server that read a request on a pooled connection and closed it without
+// an answer (it crashed while generating: a vLLM answers a non-streamed
+// request only when it is done) may have run it: the request fails and is
+// not sent again, on a new connection or anywhere else.
+func TestH1PoolDoesNotResendARequestTheServerRead(t *testing.T) {
+	var got atomic.Int64
+	addr, _ := rawServer(t, func(r rawRequest, c io.Writer) bool {
+		got.Add(1)
+		if r.i == 1 {
+			return false // the second request: read whole, then the connection closes
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
+	resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := p.post(context.Background(), upstreamHead{}, []byte("{}")); !errors.Is(err, io.EOF) {
+		t.Errorf("a request the server read and never answered: %v, want an end of input", err)
+	}
+	time.Sleep(20 * time.Millisecond) // a resend would have arrived by now
+	if got.Load() != 2 {
+		t.Errorf("the server got %d requests, want 2 (the second one sent once)", got.Load())
+	}
+}
+
 // Cancelling the context unblocks a request whose server never answers, and
 // the connection is not reused.
 func TestH1PoolCancel(t *testing.T) {
@@ -131,10 +161,10 @@ func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
 }
 
 // A server that closed every pooled connection (a restart, or keep-alive
-// timeouts after a burst): the retry dials a new connection rather than
-// taking the next dead one from the pool.
+// timeouts after a burst): each dead one is found before anything is written
+// to it and dropped, and the request goes out on a new connection.
 func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
-	addr, _ := testServer(t, true)
+	addr, conns := testServer(t, true)
 	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +186,15 @@ func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
 		t.Fatalf("%d pooled connections, want 2", len(p.idle))
 	}
 	time.Sleep(20 * time.Millisecond) // let the server's closes arrive
+	for _, c := range p.idle {
+		if alive(c) {
+			t.Fatal("alive: a connection the server closed")
+		}
+	}
 	post(t, p, "c")
+	if conns.Load() != 3 || p.dials.Load() != 3 {
+		t.Errorf("%d connections, %d dials; want 3: two dead ones dropped unwritten, one new", conns.Load(), p.dials.Load())
+	}
 }
 
 // Swapping the catalogue closes the idle connections of nodes it dropped.
