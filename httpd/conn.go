@@ -376,6 +376,10 @@ func (c *conn) writeError(status int, msg string) {
 	b = append(b, ct...)
 	b = append(b, "\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
+	if c.s.RequestID != nil {
+		b = append(b, "\r\nX-Request-Id: "...)
+		b = append(b, c.s.RequestID()...)
+	}
 	b = append(b, "\r\nConnection: close\r\nDate: "...)
 	b = append(b, httpDate(time.Now())[0]...)
 	b = append(b, "\r\n\r\n"...)

@@ -52,6 +52,9 @@ type Server struct {
 	// ErrorBody renders the server's own error responses (a malformed
 	// request, headers too large, ...); nil: plain text.
 	ErrorBody func(status int, message string) (contentType string, body []byte)
+	// RequestID, if set, gives each of the server's own error responses an
+	// X-Request-Id, as the handler gives every other response.
+	RequestID func() string
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}

@@ -27,6 +27,10 @@ func newRequestIDs() *requestIDs {
 	return &requestIDs{prefix: fmt.Sprintf("%x", b)}
 }
 
+// NewRequestID returns a request id as the middleware gives every response
+// (for answers made outside it: the HTTP server's own errors).
+func (s *Server) NewRequestID() string { return s.ids.next() }
+
 func (g *requestIDs) next() string {
 	var buf [40]byte
 	out := append(buf[:0], "req_"...)

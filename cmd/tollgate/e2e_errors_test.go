@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -140,6 +141,37 @@ func TestBodyLimit(t *testing.T) {
 	expectError(t, status, b, 413, "request_too_large", "")
 	if n := len(h.sim("vllm").Requests()); n != 2 {
 		t.Errorf("backend saw %d requests, want the 2 accepted ones", n)
+	}
+}
+
+// The HTTP server's own answers to requests it cannot read carry an
+// X-Request-Id and the error envelope, as every other response does.
+func TestServerOwnErrorsCarryRequestID(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for _, c := range []struct {
+		name, raw  string
+		wantStatus int
+		wantCode   string
+	}{
+		{"malformed request line", "GARBAGE\r\n\r\n", 400, "invalid_request"},
+		{"headers too large", "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 2<<20) + "\r\n\r\n", 431, "request_too_large"},
+	} {
+		conn, err := net.Dial("tcp", h.main.Addr("api"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = io.WriteString(conn, c.raw) }()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			conn.Close()
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		expectError(t, resp.StatusCode, b, c.wantStatus, c.wantCode, "")
+		if !strings.HasPrefix(resp.Header.Get("X-Request-Id"), "req_") {
+			t.Errorf("%s: X-Request-Id %q", c.name, resp.Header.Get("X-Request-Id"))
+		}
 	}
 }
 

@@ -122,6 +122,7 @@ func (m *Main) Open(ctx context.Context) error {
 			// and set their own deadline (relay/stream.go).
 			Log:       m.Log.With("listener", name),
 			ErrorBody: server.HTTPErrorBody,
+			RequestID: m.Server.NewRequestID,
 		}
 		m.servers = append(m.servers, srv)
 		go func() {
