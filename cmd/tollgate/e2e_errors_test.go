@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/sqlite"
 	"io"
 	"net"
 	"net/http"
@@ -461,6 +464,81 @@ func TestStreamKeepAliveGaps(t *testing.T) {
 	}
 	if keepAlives < 6 {
 		t.Errorf("%d keep-alives in 2.2 s of silences with keep_alive %s: %v", keepAlives, keepAlive, events)
+	}
+}
+
+// Shutting down stops every listener from accepting at once: the admin
+// listener does not go on taking connections while a stream on the API
+// listener finishes (which it does, within the deadline).
+func TestShutdownStopsEveryListenerAtOnce(t *testing.T) {
+	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n"})
+	admin := h.main.Addr("admin")
+	if c, err := net.Dial("tcp", admin); err != nil {
+		t.Fatalf("admin listener before the shutdown: %v", err)
+	} else {
+		c.Close()
+	}
+	streamDone := make(chan []byte, 1)
+	go func() {
+		_, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim ttft=1500ms tokens=2]"}]}`, nil)
+		streamDone <- b
+	}()
+	time.Sleep(200 * time.Millisecond) // the stream is running
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- h.main.Close(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if c, err := net.Dial("tcp", admin); err == nil {
+		c.Close()
+		t.Error("the admin listener still accepts connections while the API listener drains")
+	}
+	if b := <-streamDone; !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+		t.Errorf("the running stream did not finish: %s", b)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
+
+// A stream still running at the shutdown deadline is cut, and what it
+// generated is charged: its request ends and settles before the biller and
+// the store close.
+func TestShutdownChargesAStreamCutAtTheDeadline(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	req, err := http.NewRequest(http.MethodPost, "http://"+h.main.Addr("api")+"/v1/chat/completions",
+		strings.NewReader(`{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim tokens=100 gap=50ms]"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	id := resp.Header.Get("X-Request-Id")
+	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
+	time.Sleep(300 * time.Millisecond) // a few tokens out, most of the answer still to come
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := h.main.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close with a stream running past the deadline: %v", err)
+	}
+	db, err := sqlite.Open(h.main.Config.Store.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e, err := db.LedgerEntry(context.Background(), id)
+	if err != nil || e.Charge == nil || e.Charge.CompletionTokens == 0 || e.Amount >= 0 {
+		t.Fatalf("the cut stream's charge: %+v, %v", e, err)
+	}
+	if r, err := billing.Audit(context.Background(), db, time.Now(), time.Minute); err != nil || !r.OK {
+		t.Errorf("audit after the shutdown: %v %v", r.Problems, err)
 	}
 }
 

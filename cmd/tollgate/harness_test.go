@@ -40,6 +40,7 @@ type harnessOptions struct {
 	credit    tollgate.Amount
 	models    string       // more entries of the models list; {{name}} is a simulator's URL
 	log       *slog.Logger // Main's logger (default: discarded)
+	listen    string       // more listeners under listen:, such as "  admin: 127.0.0.1:0\n"
 }
 
 // flavourSims are the per-flavour servers of the harness.
@@ -99,7 +100,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 `, name, f, f, urls[name], f)
 		}
 	}
-	text := demoConfig + flavModels.String() + o.models
+	text := strings.Replace(demoConfig, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
 	}

@@ -44,6 +44,8 @@ type Main struct {
 	addrs   map[string]string // listener name -> actual address
 	cancel  context.CancelFunc
 	bg      sync.WaitGroup
+
+	closeOnce sync.Once
 }
 
 // Open starts everything: the store (migrated), background loops, and the
@@ -161,15 +163,46 @@ func (m *Main) Addr(name string) string { return m.addrs[name] }
 // APIURL is the base URL clients use, with /v1.
 func (m *Main) APIURL() string { return "http://" + m.addrs["api"] + "/v1" }
 
-// Close shuts down gracefully: listeners stop accepting, running requests
-// get until ctx's deadline to finish, then traffic counts are flushed and the
-// store closed.
+// closeDrain is how long requests cut at the shutdown deadline get to end
+// and settle (their connections are closed; a closed connection cancels the
+// backend call at once) before the biller and the store close.
+const closeDrain = 5 * time.Second
+
+// Close shuts down gracefully: every listener stops accepting at once,
+// running requests get until ctx's deadline to finish, then traffic counts
+// are flushed and the store closed. Requests still running at the deadline
+// have their connections closed and get closeDrain to charge what they
+// generated. Later calls do nothing and return nil.
 func (m *Main) Close(ctx context.Context) error {
+	var err error
+	m.closeOnce.Do(func() { err = m.close(ctx) })
+	return err
+}
+
+func (m *Main) close(ctx context.Context) error {
+	// Each Shutdown closes its listeners first, then waits: all of them at
+	// once, so the public and admin listeners do not go on accepting while
+	// the API listener's streams finish.
+	shut := make([]error, len(m.servers))
+	var wg sync.WaitGroup
+	for i, s := range m.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shut[i] = s.Shutdown(ctx)
+		}()
+	}
+	wg.Wait()
 	var errs []error
-	for _, s := range m.servers {
-		if err := s.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
+	drain, cancelDrain := context.WithTimeout(context.Background(), closeDrain)
+	defer cancelDrain()
+	for i, s := range m.servers {
+		if shut[i] != nil {
+			errs = append(errs, shut[i])
 			_ = s.Close()
+			// The closed connections' requests end and settle; the biller
+			// must still be open for their charges.
+			_ = s.Shutdown(drain)
 		}
 	}
 	if m.cancel != nil {
