@@ -412,19 +412,8 @@ func TestStreamKeepAliveGaps(t *testing.T) {
 	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 200ms\n  stream_idle: 10s\n"})
 	// Tokens 700 ms apart, the first after 105 ms: each silence starts at
 	// its own point between two of an every-50-ms watchdog's looks.
-	req, err := http.NewRequest(http.MethodPost, "http://"+h.main.Addr("api")+"/v1/chat/completions",
-		strings.NewReader(`{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim ttft=105ms tokens=4 gap=700ms]"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+h.key)
-	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := h.openChat(`{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim ttft=105ms tokens=4 gap=700ms]"}]}`)
 	// The arrival of every event (chunk or comment), from the request's start.
 	type event struct {
 		at        time.Duration
@@ -508,18 +497,7 @@ func TestShutdownStopsEveryListenerAtOnce(t *testing.T) {
 // the store close.
 func TestShutdownChargesAStreamCutAtTheDeadline(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	req, err := http.NewRequest(http.MethodPost, "http://"+h.main.Addr("api")+"/v1/chat/completions",
-		strings.NewReader(`{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim tokens=100 gap=50ms]"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+h.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := h.openChat(`{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim tokens=100 gap=50ms]"}]}`)
 	id := resp.Header.Get("X-Request-Id")
 	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
 	time.Sleep(300 * time.Millisecond) // a few tokens out, most of the answer still to come

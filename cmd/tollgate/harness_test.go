@@ -163,6 +163,24 @@ func (h *harness) clientWith(key string, opts ...option.RequestOption) openai.Cl
 }
 
 // post sends a raw request to the API listener and returns status, headers and body.
+// openChat posts a chat completion with the harness's key and returns the
+// response as it starts, its body unread (a stream to read as it comes).
+func (h *harness) openChat(body string) *http.Response {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+h.main.Addr("api")+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
 func (h *harness) post(path, body string, headers map[string]string) (int, http.Header, []byte) {
 	h.t.Helper()
 	req, err := http.NewRequest(http.MethodPost, "http://"+h.main.Addr("api")+path, strings.NewReader(body))
