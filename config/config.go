@@ -134,7 +134,13 @@ type Model struct {
 	OwnedBy         string             `yaml:"owned_by"`
 	ContextLength   int64              `yaml:"context_length"`
 	MaxOutputTokens int64              `yaml:"max_output_tokens"`
-	Backends        []Backend          `yaml:"backends"`
+	// ImageTokens is the most prompt tokens one image can take with this
+	// model's backends: a balance hold counts every image as this many.
+	// Default 2000; a vision encoder that tiles large images into more
+	// (Qwen2.5-VL up to 16,384 at its default max_pixels, Pixtral 4,096)
+	// needs its own figure here, or a large image costs more than its hold.
+	ImageTokens int64     `yaml:"image_tokens"`
+	Backends    []Backend `yaml:"backends"`
 }
 
 // Backend is one way to serve a model.
@@ -387,6 +393,11 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 			bad(key+".max_output_tokens", "must be a positive number of tokens")
 		} else if m.ContextLength > 0 && m.MaxOutputTokens > m.ContextLength {
 			bad(key+".max_output_tokens", "must not exceed context_length")
+		}
+		if m.ImageTokens < 0 {
+			bad(key+".image_tokens", "must not be negative")
+		} else if m.ContextLength > 0 && m.ImageTokens > m.ContextLength {
+			bad(key+".image_tokens", "must not exceed context_length")
 		}
 		if len(m.Backends) == 0 {
 			bad(key+".backends", "at least one backend is required")

@@ -67,6 +67,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{`capabilities: [tools, web_search]`, `web_search is not a backend capability`},
 		{`capabilities: [tools, telepathy]`, `unknown capability "telepathy"`},
 		{`max_output_tokens: 5000`, `max_output_tokens: must not exceed context_length`},
+		{"max_output_tokens: 100\n    image_tokens: 1001", `models[0] (m).image_tokens: must not exceed context_length`},
+		{"max_output_tokens: 100\n    image_tokens: -1", `models[0] (m).image_tokens: must not be negative`},
 		{`flavour: vllm`, `backends[1].flavour: "vllm" is not a fallback flavour`},
 		{`url: "10.0.0.1:8000"`, `nodes[0].url`},
 		{`store: {sqlite: data/t.db, postgres_url_env: PG}`, `store: set either sqlite or postgres_url_env`},

@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ type Model struct {
 	OwnedBy         string
 	ContextLength   int64
 	MaxOutputTokens int64
+	ImageTokens     int64 // the hold's tokens for one image (config: models[].image_tokens)
 	Backends        []*Backend
 	// Caps is the union of the backends' capabilities: what /v1/models lists.
 	Caps tollgate.Capabilities
@@ -128,7 +130,8 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 		c.Created = prev.Created
 	}
 	for _, mc := range cfg.Models {
-		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens}
+		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens,
+			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens)}
 		for i := range mc.Backends {
 			bc := &mc.Backends[i]
 			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices}

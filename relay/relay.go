@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -254,16 +255,22 @@ func promptEstimate(cr *openai.ChatRequest, m *Model) int64 {
 
 // promptBound is an upper bound of the prompt's tokens for the hold: every
 // byte of the messages and tools as a token (a BPE token covers at least one
-// byte), 16 template tokens per message part, 2,000 tokens per image (above
-// the largest tiling of the major vision models), and any document makes the
-// bound the whole context. Never above the context length.
+// byte), 16 template tokens per message part, the model's ImageTokens per
+// image, and any document makes the bound the whole context. Never above the
+// context length.
 func promptBound(cr *openai.ChatRequest, m *Model) int64 {
 	if cr.Files > 0 {
 		return m.ContextLength
 	}
-	n := cr.PromptBytes + 64 + cr.Images*2000
+	n := cr.PromptBytes + 64 + cr.Images*cmp.Or(m.ImageTokens, DefaultImageTokens)
 	return min(n, m.ContextLength)
 }
+
+// DefaultImageTokens is the hold's tokens for one image when the model does
+// not say (models[].image_tokens). Vision encoders that tile a large image
+// into more (Qwen2.5-VL: up to 16,384 at its default max_pixels; Pixtral:
+// about 4,096 for 1024×1024) need the model's own figure.
+const DefaultImageTokens = 2000
 
 // holdAmount is promptBound x input + output cap x output.
 func holdAmount(p tollgate.Prices, promptBound, outputCap int64) (tollgate.Amount, error) {

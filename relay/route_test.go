@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"github.com/tollgate/tollgate/openai"
 	"sync"
 	"testing"
 	"time"
@@ -125,5 +126,32 @@ func TestPassiveHealthThresholdAndBackoff(t *testing.T) {
 	n.reportFailure(p, true, now)
 	if n.Healthy() {
 		t.Fatal("an immediate failure (connection refused) must take the node down at once")
+	}
+}
+
+// The hold counts every image as the model's image_tokens (2,000 unless the
+// config says), and a document as the whole context.
+func TestPromptBoundCountsImagesAtTheModelsFigure(t *testing.T) {
+	cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":[` +
+		`{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://x/a.png"}},` +
+		`{"type":"image_url","image_url":{"url":"https://x/b.png"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.Images != 2 {
+		t.Fatalf("images = %d", cr.Images)
+	}
+	base := cr.PromptBytes + 64
+	for _, c := range []struct {
+		imageTokens, context, want int64
+	}{
+		{0, 1 << 20, base + 2*DefaultImageTokens},
+		{16384, 1 << 20, base + 2*16384},
+		{16384, 20000, 20000}, // never above the context
+	} {
+		m := &Model{ContextLength: c.context, ImageTokens: c.imageTokens}
+		if got := promptBound(cr, m); got != c.want {
+			t.Errorf("image_tokens %d, context %d: bound %d, want %d", c.imageTokens, c.context, got, c.want)
+		}
 	}
 }
