@@ -101,6 +101,9 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 		r.created = time.Now().Unix()
 	}
 	r.delivered = st.delivered
+	if r.haveUsage && fl == LlamaCpp && st.multi {
+		r.usage = ChoicesUsage(r.usage, st.delivered, st.deliveredFirst)
+	}
 	return r, nil
 }
 

@@ -279,3 +279,18 @@ func BenchmarkNormalizeResponse(b *testing.B) {
 		})
 	}
 }
+
+// llama.cpp's usage for two choices counts the first only (the capture: two
+// "Hello world!" answers, 4 completion tokens): the second is counted at the
+// first one's tokens per byte, and the usage is marked estimated.
+func TestResponseLlamaCppSeveralChoices(t *testing.T) {
+	body := readCapture(t, "testdata/captures/llamacpp/25_n2.http").body
+	_, r := finishResponse(t, LlamaCpp, body)
+	if u, ok := r.Usage(); !ok || u.CompletionTokens != 8 || u.TotalTokens != 31 || !u.Estimated {
+		t.Fatalf("llama.cpp usage = %+v, ok %v; want 8 completion tokens, estimated", u, ok)
+	}
+	_, r = finishResponse(t, VLLM, body)
+	if u, _ := r.Usage(); u.CompletionTokens != 4 || u.Estimated {
+		t.Fatalf("vLLM usage of the same body = %+v; want the reported 4", u)
+	}
+}

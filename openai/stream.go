@@ -52,14 +52,19 @@ type StreamNormalizer struct {
 	usage       Usage
 	haveUsage   bool
 	delivered   int64
-	sawFinish   bool
-	done        bool
-	forwarded   int
-	roleSent    uint64 // bit i: choice i already had its role (i < 64)
-	tmpl        chunkTemplate
-	noTemplate  bool         // tests: always take the full path
-	templated   int          // chunks normalised by the template
-	clock       func() int64 // tests: the time when no chunk says
+	// deliveredFirst is the part of delivered that went to choice 0, and
+	// multi says another choice got some: llama.cpp's usage counts the
+	// first choice only (ChoicesUsage).
+	deliveredFirst int64
+	multi          bool
+	sawFinish      bool
+	done           bool
+	forwarded      int
+	roleSent       uint64 // bit i: choice i already had its role (i < 64)
+	tmpl           chunkTemplate
+	noTemplate     bool         // tests: always take the full path
+	templated      int          // chunks normalised by the template
+	clock          func() int64 // tests: the time when no chunk says
 }
 
 // chunkTemplate is the last forwarded chunk whose only generated text was one
@@ -72,6 +77,7 @@ type StreamNormalizer struct {
 // instead of a walk of the whole chunk, on the relay's hottest loop.
 type chunkTemplate struct {
 	ok               bool
+	first            bool // its string is choice 0's
 	buf              []byte
 	in, out          []byte // in buf
 	inStart, inEnd   int    // in[inStart:inEnd] is the string value, quotes included
@@ -83,10 +89,12 @@ type member struct{ key, raw, val []byte }
 // chunkState collects what one chunk would change; it is committed only when
 // the chunk is forwarded.
 type chunkState struct {
-	delivered int64
-	finish    bool
-	finishErr bool
-	roleSent  uint64
+	delivered      int64
+	deliveredFirst int64 // of delivered, to choice 0
+	multi          bool  // a choice other than 0 got text
+	finish         bool
+	finishErr      bool
+	roleSent       uint64
 
 	// What the chunk generated: the number of values counted as delivered,
 	// and where the last string among them went in the choices written
@@ -226,6 +234,8 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 		return nil, nil
 	}
 	n.delivered += st.delivered
+	n.deliveredFirst += st.deliveredFirst
+	n.multi = n.multi || st.multi
 	n.roleSent = st.roleSent
 	if st.finish {
 		n.sawFinish = true
@@ -240,6 +250,7 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	n.out = out
 	if st.deliveries == 1 && st.text != nil && !st.roleAdded && !n.noTemplate {
 		n.keepTemplate(data, out, st.text, choicesAt+st.textOut)
+		n.tmpl.first = st.deliveredFirst > 0
 	}
 	return out, nil
 }
@@ -277,7 +288,11 @@ func (n *StreamNormalizer) fromTemplate(data []byte) ([]byte, bool) {
 	if end, err := skipString(text, 0); err != nil || end != len(text) {
 		return nil, false // the string ends early, or is not valid
 	}
-	n.delivered += stringLen(text)
+	l := stringLen(text)
+	n.delivered += l
+	if t.first {
+		n.deliveredFirst += l
+	}
 	n.forwarded++
 	n.templated++
 	out := append(n.out[:0], t.out[:t.outStart]...)
@@ -322,8 +337,14 @@ func (n *StreamNormalizer) Event(ev Event) ([]byte, error) {
 	return n.Chunk(d)
 }
 
-// Usage returns the last usage the server reported in the stream.
-func (n *StreamNormalizer) Usage() (Usage, bool) { return n.usage, n.haveUsage }
+// Usage returns the last usage the server reported in the stream (for
+// llama.cpp with several choices, corrected: ChoicesUsage).
+func (n *StreamNormalizer) Usage() (Usage, bool) {
+	if n.haveUsage && n.Flavour == LlamaCpp && n.multi {
+		return ChoicesUsage(n.usage, n.delivered, n.deliveredFirst), true
+	}
+	return n.usage, n.haveUsage
+}
 
 // DeliveredBytes is the decoded size of the text forwarded so far: content,
 // reasoning, refusal, tool-call names and arguments, over all choices.
@@ -336,8 +357,8 @@ func (n *StreamNormalizer) Forwarded() int { return n.forwarded }
 // else an estimate (Estimated set) from promptTokens (the relay's count of
 // the prompt) and EstimateTokensN(DeliveredBytes()).
 func (n *StreamNormalizer) FinalUsage(promptTokens int64) Usage {
-	if n.haveUsage {
-		return n.usage
+	if u, ok := n.Usage(); ok {
+		return u
 	}
 	return Usage{PromptTokens: promptTokens, CompletionTokens: EstimateTokensN(n.delivered), Estimated: true}.Normalize()
 }
@@ -503,13 +524,15 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 		dst = append(dst, m.raw...)
 		dst = append(dst, ':')
 		switch string(m.key) {
-		case "delta":
-			if dst, err = n.normDelta(dst, m.val, idx, st, true); err != nil {
+		case "delta", "message": // a stream's delta, a non-streamed response's message
+			before := st.delivered
+			if dst, err = n.normDelta(dst, m.val, idx, st, string(m.key) == "delta"); err != nil {
 				return dst, err
 			}
-		case "message": // non-streamed responses
-			if dst, err = n.normDelta(dst, m.val, idx, st, false); err != nil {
-				return dst, err
+			if idx == 0 {
+				st.deliveredFirst += st.delivered - before
+			} else if st.delivered > before {
+				st.multi = true
 			}
 		case "finish_reason":
 			if fr := trimWS(m.val); len(fr) > 2 && fr[0] == '"' {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -419,6 +420,47 @@ func TestStreamLlamaCppUsageAndCache(t *testing.T) {
 	}
 	if res.n.Created() != 1795405797 {
 		t.Fatalf("created %d", res.n.Created())
+	}
+}
+
+// llama.cpp's usage counts the first choice only (real-servers
+// llamacpp/chat/25_n2): with several choices the others are counted at the
+// first one's tokens per byte, and the usage is marked estimated. The same
+// stream from a server that counts every choice (vLLM) is left as it is.
+// Consecutive chunks of one choice go through the chunk template, which
+// must keep the count per choice too.
+func TestStreamLlamaCppSeveralChoices(t *testing.T) {
+	var b strings.Builder
+	chunk := func(i int, text string) {
+		fmt.Fprintf(&b, `data: {"choices":[{"finish_reason":null,"index":%d,"delta":{"content":%q}}],"created":1795405805,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}`+"\n\n", i, text)
+	}
+	for _, tok := range []string{"Hello", " big", " world"} { // 15 bytes, choice 0
+		chunk(0, tok)
+	}
+	for _, tok := range []string{"Good", " day", " to", " all", " of", " you"} { // 22 bytes, choice 1
+		chunk(1, tok)
+	}
+	for i := range 2 {
+		fmt.Fprintf(&b, `data: {"choices":[{"finish_reason":"stop","index":%d,"delta":{}}],"created":1795405805,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}`+"\n\n", i)
+	}
+	b.WriteString(`data: {"choices":[],"created":1795405805,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk","usage":{"completion_tokens":3,"prompt_tokens":10,"total_tokens":13}}` + "\n\ndata: [DONE]\n\n")
+	res := relayStream(LlamaCpp, strings.NewReader(b.String()))
+	if res.n.DeliveredBytes() != 37 {
+		t.Fatalf("delivered %d bytes, want 37", res.n.DeliveredBytes())
+	}
+	if res.n.templated == 0 {
+		t.Fatal("no chunk went through the template: the test does not cover it")
+	}
+	// 3 tokens for 15 bytes: 22 more bytes are ceil(3 × 22 / 15) = 5 tokens.
+	u, ok := res.n.Usage()
+	if !ok || u.CompletionTokens != 8 || u.TotalTokens != 18 || !u.Estimated {
+		t.Fatalf("usage = %+v, ok %v; want 8 completion tokens, estimated", u, ok)
+	}
+	if acc := accumulate(t, res.out); num(acc[-1].usage["completion_tokens"]) != 8 {
+		t.Fatalf("usage chunk %v", acc[-1].usage)
+	}
+	if u, _ := relayStream(VLLM, strings.NewReader(b.String())).n.Usage(); u.CompletionTokens != 3 || u.Estimated {
+		t.Fatalf("vLLM usage = %+v, want the reported 3", u)
 	}
 }
 
