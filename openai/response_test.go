@@ -294,3 +294,19 @@ func TestResponseLlamaCppSeveralChoices(t *testing.T) {
 		t.Fatalf("vLLM usage of the same body = %+v; want the reported 4", u)
 	}
 }
+
+// A message that only calls tools has content null, as from the reference API
+// (llama.cpp and Ollama send ""); an empty text answer keeps its "".
+func TestResponseToolOnlyContentIsNull(t *testing.T) {
+	calls := `{"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`
+	empty := `{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":""}}],"usage":{"prompt_tokens":5,"completion_tokens":0,"total_tokens":5}}`
+	for _, c := range []struct{ body, want string }{
+		{calls, `"message":{"role":"assistant","content":null,"tool_calls":`},
+		{empty, `"message":{"role":"assistant","content":""}`},
+	} {
+		out, _ := finishResponse(t, Ollama, []byte(c.body))
+		if !strings.Contains(string(out), c.want) {
+			t.Errorf("got %s\nwant it to contain %s", out, c.want)
+		}
+	}
+}

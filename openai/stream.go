@@ -561,12 +561,14 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 	if err != nil {
 		return dst, err
 	}
-	var hasRole, hasR, hasRC, rNull, rcNull bool
+	var hasRole, hasR, hasRC, rNull, rcNull, calls bool
 	for _, m := range n.members[s:e] {
 		switch string(m.key) {
 		case "role":
 			// SGLang dumps an unset role as null: treat it as absent.
 			hasRole = !isNull(m.val)
+		case "tool_calls":
+			calls = !isNull(m.val) && string(trimWS(m.val)) != "[]"
 		case "reasoning":
 			hasR, rNull = true, isNull(m.val)
 		case "reasoning_content":
@@ -620,6 +622,12 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 		case "content", "reasoning", "refusal":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
+			if key == "content" && !inStream && calls && string(trimWS(m.val)) == `""` {
+				// A message that only calls tools has content null in the
+				// reference API (PROTOCOL.md); llama.cpp and Ollama send "".
+				dst = append(dst, "null"...)
+				continue
+			}
 			st.generated(m.val, len(dst))
 			dst = append(dst, m.val...)
 		case "tool_calls":
