@@ -375,3 +375,34 @@ func TestRecording(t *testing.T) {
 		t.Errorf("after Reset: %d recorded, stats %+v", n, s.Stats())
 	}
 }
+
+// llama.cpp asked not to extract the reasoning (reasoning_format "none", or
+// enable_thinking false in chat_template_kwargs) leaves it in content inside
+// <think> tags (real-servers llamacpp/thinking/55 and 58).
+func TestLlamaCppReasoningLeftInContent(t *testing.T) {
+	_, ts := newTS(t, Config{Flavour: LlamaCpp, Behaviour: Behaviour{AlwaysReason: true, ReasoningTokens: 2, OutputTokens: 3}})
+	for _, extra := range []string{`"reasoning_format":"none"`, `"chat_template_kwargs":{"enable_thinking":false}`} {
+		resp, err := post(t, context.Background(), ts.URL, `{"model":"m","messages":[{"role":"user","content":"hi"}],`+extra+`}`, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := readAllBody(t, resp)
+		var out struct {
+			Choices []struct {
+				Message map[string]any `json:"message"`
+			} `json:"choices"`
+			Usage struct {
+				Completion int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Choices) != 1 {
+			t.Fatalf("%s: %v: %s", extra, err, body)
+		}
+		msg := out.Choices[0].Message
+		content, _ := msg["content"].(string)
+		if _, ok := msg["reasoning_content"]; ok || !strings.HasPrefix(content, "<think>") || !strings.Contains(content, "</think>") ||
+			strings.HasSuffix(content, "</think>") || out.Usage.Completion != 5 {
+			t.Errorf("%s: message %v, completion %d; want <think>reasoning</think>text in content, 5 tokens", extra, msg, out.Usage.Completion)
+		}
+	}
+}

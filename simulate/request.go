@@ -26,6 +26,11 @@ type chatRequest struct {
 	reasoningAsked   bool
 	reasoningOff     bool // reasoning explicitly disabled (effort none, enabled false)
 	reasoningExclude bool // OpenRouter: count but do not return the text
+	// reasoningInline: llama.cpp's reasoning_format "none" or
+	// chat_template_kwargs.enable_thinking false. The server then leaves the
+	// model's <think>…</think> in content (real-servers llamacpp/thinking/55
+	// and 58: "<think> Hmm</think>Hello world!", no reasoning_content).
+	reasoningInline bool
 
 	promptTokens int
 	images       int
@@ -116,6 +121,23 @@ func parseChat(body []byte) (*chatRequest, error) {
 			return next, err
 		case "tool_choice":
 			return r.parseToolChoice(body, vs)
+		case "reasoning_format":
+			next, err := skipValue(body, vs)
+			if err == nil && string(body[vs:next]) == `"none"` {
+				r.reasoningInline = true
+			}
+			return next, err
+		case "chat_template_kwargs":
+			if body[vs] != '{' {
+				return skipValue(body, vs)
+			}
+			return eachMember(body, vs, func(k []byte, v int) (int, error) {
+				next, err := skipValue(body, v)
+				if err == nil && string(k) == "enable_thinking" && string(body[v:next]) == "false" {
+					r.reasoningInline = true
+				}
+				return next, err
+			})
 		case "reasoning_effort":
 			next, err := skipValue(body, vs)
 			if err == nil && body[vs] == '"' {

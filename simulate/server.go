@@ -606,6 +606,11 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 			}
 		}
 	}
+	if s.flavour == LlamaCpp && req.reasoningInline {
+		for i := range p.choices {
+			inlineReasoning(&p.choices[i], p.choices[i].reasonTok == reasonTokens)
+		}
+	}
 	for i := range p.choices {
 		if s.flavour == LlamaCpp && i > 0 {
 			break // llama.cpp reports the first choice's tokens only
@@ -614,6 +619,23 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 		p.reasoning += p.choices[i].reasonTok
 	}
 	return p
+}
+
+// inlineReasoning moves c's reasoning into its content between <think> and
+// </think> (the closing tag only when the reasoning was not cut short), as
+// llama.cpp leaves it when asked not to extract it (reasoningInline). The
+// tokens stay in the completion; none count as reasoning.
+func inlineReasoning(c *choicePlan, complete bool) {
+	if len(c.reasoning) == 0 {
+		return
+	}
+	think := c.reasoning
+	think[0] = "<think>" + think[0]
+	if complete {
+		think[len(think)-1] += "</think>"
+	}
+	c.content = append(think, c.content...)
+	c.reasoning, c.reasonTok = nil, 0
 }
 
 func splitmix(x uint64) uint64 {
