@@ -520,7 +520,14 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 		outTokens = 16
 	}
 	reasonTokens := 0
-	if !s.cfg.NoReasoning && !req.reasoningOff && (beh.AlwaysReason || req.reasoningAsked) {
+	reason := !s.cfg.NoReasoning && !req.reasoningOff && (beh.AlwaysReason || req.reasoningAsked)
+	if s.flavour == Ollama {
+		// Ollama ignores the reasoning controls (real-servers README; capture
+		// thinking/59: think false, still reasoning): a thinking model
+		// reasons, another does not, whatever the request says.
+		reason = !s.cfg.NoReasoning && beh.AlwaysReason
+	}
+	if reason {
 		reasonTokens = beh.ReasoningTokens
 		if reasonTokens <= 0 {
 			reasonTokens = 8
