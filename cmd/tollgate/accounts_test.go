@@ -214,6 +214,10 @@ func testStoreCLI(t *testing.T, cfgPath string) {
 		{"accounts", "show", "--config", cfgPath, "a", "b"},
 		{"accounts", "frobnicate"},
 		{"keys"},
+		// Flags the parser refuses (exit status 2 like the rest, not 1).
+		{"keys", "create", "--config", cfgPath, "--account", acct.ID, "--rpm", "abc"},
+		{"keys", "list", "--config", cfgPath, "--no-such-flag"},
+		{"usage", "--config", cfgPath, "--by", "colour"},
 	} {
 		if _, err := cli(t, args...); !errors.As(err, &ue) {
 			t.Errorf("tollgate %s: got %v, want a usage error", strings.Join(args, " "), err)

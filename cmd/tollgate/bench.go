@@ -101,7 +101,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagErr(err)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

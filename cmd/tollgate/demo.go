@@ -121,7 +121,7 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagErr(err)
 	}
 	log, err := newLogger(c.stderr, *logLevel)
 	if err != nil {

@@ -95,6 +95,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// flagErr marks a flag that could not be parsed (an unknown flag, a value of
+// the wrong type) as a usage error, exit status 2; -h stays flag.ErrHelp.
+func flagErr(err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
 // usageError marks a mistake in the command line (exit status 2).
 type usageError struct{ msg string }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,10 +68,7 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+		return flagErr(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected arguments: %v", fs.Args())}

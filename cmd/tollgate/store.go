@@ -63,7 +63,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, flagErr(err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

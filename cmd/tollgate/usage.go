@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"github.com/tollgate/tollgate"
 	"io"
 	"strconv"
 	"strings"
@@ -72,8 +73,11 @@ from now (24h). Without --by and --period, one total row.`, c.stderr)
 		return err
 	}
 	rows, err := billing.Usage(ctx, bs, f, by, c.period)
+	if tollgate.ErrorCode(err) == tollgate.CodeInvalidRequest {
+		return usageError{err.Error()} // a bad --by or --period
+	}
 	if err != nil {
-		return usageError{err.Error()}
+		return err // the store's: exit status 1
 	}
 	switch {
 	case c.json:
