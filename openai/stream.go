@@ -102,6 +102,8 @@ type chunkState struct {
 	deliveries int
 	text       []byte // the string value, a slice of the chunk
 	textOut    int    // its offset in the choices written
+	textChoice int    // the index of the choice it belongs to
+	cur        int    // the index of the choice being normalised
 	roleAdded  bool   // a choice got its first role from the normaliser
 }
 
@@ -130,7 +132,7 @@ func (st *chunkState) generated(val []byte, at int) {
 	switch {
 	case len(val) > 0 && val[0] == '"':
 		st.deliveries++
-		st.text, st.textOut = val, at
+		st.text, st.textOut, st.textChoice = val, at, st.cur
 	case !isNull(val):
 		st.deliveries += 2 // not a string: no template
 	}
@@ -250,7 +252,7 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	n.out = out
 	if st.deliveries == 1 && st.text != nil && !st.roleAdded && !n.noTemplate {
 		n.keepTemplate(data, out, st.text, choicesAt+st.textOut)
-		n.tmpl.first = st.deliveredFirst > 0
+		n.tmpl.first = st.textChoice == 0
 	}
 	return out, nil
 }
@@ -292,6 +294,8 @@ func (n *StreamNormalizer) fromTemplate(data []byte) ([]byte, bool) {
 	n.delivered += l
 	if t.first {
 		n.deliveredFirst += l
+	} else if l > 0 {
+		n.multi = true
 	}
 	n.forwarded++
 	n.templated++
@@ -526,6 +530,7 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 		switch string(m.key) {
 		case "delta", "message": // a stream's delta, a non-streamed response's message
 			before := st.delivered
+			st.cur = idx
 			if dst, err = n.normDelta(dst, m.val, idx, st, string(m.key) == "delta"); err != nil {
 				return dst, err
 			}
