@@ -101,7 +101,7 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 		r.created = time.Now().Unix()
 	}
 	r.delivered = st.delivered
-	if r.haveUsage && fl == LlamaCpp && st.multi {
+	if r.haveUsage && fl == LlamaCpp {
 		r.usage = ChoicesUsage(r.usage, st.delivered, st.deliveredFirst)
 	}
 	return r, nil

@@ -52,11 +52,9 @@ type StreamNormalizer struct {
 	usage       Usage
 	haveUsage   bool
 	delivered   int64
-	// deliveredFirst is the part of delivered that went to choice 0, and
-	// multi says another choice got some: llama.cpp's usage counts the
-	// first choice only (ChoicesUsage).
+	// deliveredFirst is the part of delivered that went to choice 0:
+	// llama.cpp's usage counts the first choice only (ChoicesUsage).
 	deliveredFirst int64
-	multi          bool
 	sawFinish      bool
 	done           bool
 	forwarded      int
@@ -91,7 +89,6 @@ type member struct{ key, raw, val []byte }
 type chunkState struct {
 	delivered      int64
 	deliveredFirst int64 // of delivered, to choice 0
-	multi          bool  // a choice other than 0 got text
 	finish         bool
 	finishErr      bool
 	roleSent       uint64
@@ -237,7 +234,6 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	}
 	n.delivered += st.delivered
 	n.deliveredFirst += st.deliveredFirst
-	n.multi = n.multi || st.multi
 	n.roleSent = st.roleSent
 	if st.finish {
 		n.sawFinish = true
@@ -294,8 +290,6 @@ func (n *StreamNormalizer) fromTemplate(data []byte) ([]byte, bool) {
 	n.delivered += l
 	if t.first {
 		n.deliveredFirst += l
-	} else if l > 0 {
-		n.multi = true
 	}
 	n.forwarded++
 	n.templated++
@@ -344,7 +338,7 @@ func (n *StreamNormalizer) Event(ev Event) ([]byte, error) {
 // Usage returns the last usage the server reported in the stream (for
 // llama.cpp with several choices, corrected: ChoicesUsage).
 func (n *StreamNormalizer) Usage() (Usage, bool) {
-	if n.haveUsage && n.Flavour == LlamaCpp && n.multi {
+	if n.haveUsage && n.Flavour == LlamaCpp {
 		return ChoicesUsage(n.usage, n.delivered, n.deliveredFirst), true
 	}
 	return n.usage, n.haveUsage
@@ -536,8 +530,6 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 			}
 			if idx == 0 {
 				st.deliveredFirst += st.delivered - before
-			} else if st.delivered > before {
-				st.multi = true
 			}
 		case "finish_reason":
 			if fr := trimWS(m.val); len(fr) > 2 && fr[0] == '"' {

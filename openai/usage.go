@@ -163,13 +163,14 @@ func jsonInt(val []byte) (int64, bool) {
 	return 0, false
 }
 
-// ChoicesUsage corrects the usage of an answer with several choices from a
-// server whose completion_tokens count the first choice only (llama.cpp:
-// real-servers llamacpp/chat/25_n2, two choices of 4 tokens, 4 reported).
-// The other choices are counted at the first one's tokens per byte of text
-// (delivered over all choices, deliveredFirst of choice 0's), rounded up,
-// and the usage is marked estimated. Without text in choice 0 there is no
-// ratio: the others are counted at EstimateTokensN.
+// ChoicesUsage corrects the usage of an answer from a server whose
+// completion_tokens count the first choice only (llama.cpp: real-servers
+// llamacpp/chat/25_n2, two choices of 4 tokens, 4 reported). The text of the
+// other choices (delivered, over all choices, less deliveredFirst, choice
+// 0's) is counted at the first one's tokens per byte, rounded up, and the
+// usage is marked estimated; with no such text u is returned as it is.
+// Without text in choice 0 there is no ratio: the others are counted at
+// EstimateTokensN.
 func ChoicesUsage(u Usage, delivered, deliveredFirst int64) Usage {
 	others := delivered - deliveredFirst
 	if others <= 0 {

@@ -36,6 +36,9 @@ func TestReloadDoesNotWriteNodesInUse(t *testing.T) {
 	}
 	same, changed := parse("4"), parse("8")
 	cat := NewCatalog(same, nil)
+	if got := cat.Models[0].ImageTokens; got != DefaultImageTokens {
+		t.Fatalf("image_tokens of a model that does not set it: %d, want %d", got, DefaultImageTokens)
+	}
 	n := cat.Models[0].Backends[0].Nodes[0]
 	var wg sync.WaitGroup
 	wg.Add(1)

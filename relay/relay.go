@@ -2,7 +2,6 @@ package relay
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -262,12 +261,12 @@ func promptBound(cr *openai.ChatRequest, m *Model) int64 {
 	if cr.Files > 0 {
 		return m.ContextLength
 	}
-	n := cr.PromptBytes + 64 + cr.Images*cmp.Or(m.ImageTokens, DefaultImageTokens)
+	n := cr.PromptBytes + 64 + cr.Images*m.ImageTokens
 	return min(n, m.ContextLength)
 }
 
-// DefaultImageTokens is the hold's tokens for one image when the model does
-// not say (models[].image_tokens). Vision encoders that tile a large image
+// DefaultImageTokens is the hold's tokens for one image when the model's
+// config does not say (models[].image_tokens; NewCatalog applies it). Vision encoders that tile a large image
 // into more (Qwen2.5-VL: up to 16,384 at its default max_pixels; Pixtral:
 // about 4,096 for 1024×1024) need the model's own figure.
 const DefaultImageTokens = 2000

@@ -129,8 +129,8 @@ func TestPassiveHealthThresholdAndBackoff(t *testing.T) {
 	}
 }
 
-// The hold counts every image as the model's image_tokens (2,000 unless the
-// config says), and a document as the whole context.
+// The hold counts every image as the model's image_tokens (the catalogue
+// puts 2,000 there unless the config says), never above the context.
 func TestPromptBoundCountsImagesAtTheModelsFigure(t *testing.T) {
 	cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":[` +
 		`{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://x/a.png"}},` +
@@ -145,7 +145,7 @@ func TestPromptBoundCountsImagesAtTheModelsFigure(t *testing.T) {
 	for _, c := range []struct {
 		imageTokens, context, want int64
 	}{
-		{0, 1 << 20, base + 2*DefaultImageTokens},
+		{DefaultImageTokens, 1 << 20, base + 2*DefaultImageTokens},
 		{16384, 1 << 20, base + 2*16384},
 		{16384, 20000, 20000}, // never above the context
 	} {

@@ -38,6 +38,21 @@ type chatRequest struct {
 	lastUser     []byte // raw JSON text of the last user message's text parts
 }
 
+// flagMember skips the value at vs and sets *flag when it is an object whose
+// member key is, as written, want (stream_options.include_usage: true).
+func flagMember(body []byte, vs int, key, want string, flag *bool) (int, error) {
+	if body[vs] != '{' {
+		return skipValue(body, vs)
+	}
+	return eachMember(body, vs, func(k []byte, v int) (int, error) {
+		next, err := skipValue(body, v)
+		if err == nil && string(k) == key && string(body[v:next]) == want {
+			*flag = true
+		}
+		return next, err
+	})
+}
+
 type fieldError struct {
 	param string
 	msg   string
@@ -80,16 +95,7 @@ func parseChat(body []byte) (*chatRequest, error) {
 			r.stream = err == nil && string(body[vs:next]) == "true"
 			return next, err
 		case "stream_options":
-			if body[vs] != '{' {
-				return skipValue(body, vs)
-			}
-			return eachMember(body, vs, func(k []byte, v int) (int, error) {
-				next, err := skipValue(body, v)
-				if string(k) == "include_usage" && err == nil && string(body[v:next]) == "true" {
-					r.includeUsage = true
-				}
-				return next, err
-			})
+			return flagMember(body, vs, "include_usage", "true", &r.includeUsage)
 		case "max_tokens", "max_completion_tokens", "n":
 			v, next, ok, err := parseInt(body, vs)
 			if err != nil {
@@ -128,16 +134,7 @@ func parseChat(body []byte) (*chatRequest, error) {
 			}
 			return next, err
 		case "chat_template_kwargs":
-			if body[vs] != '{' {
-				return skipValue(body, vs)
-			}
-			return eachMember(body, vs, func(k []byte, v int) (int, error) {
-				next, err := skipValue(body, v)
-				if err == nil && string(k) == "enable_thinking" && string(body[v:next]) == "false" {
-					r.reasoningInline = true
-				}
-				return next, err
-			})
+			return flagMember(body, vs, "enable_thinking", "false", &r.reasoningInline)
 		case "reasoning_effort":
 			next, err := skipValue(body, vs)
 			if err == nil && body[vs] == '"' {

@@ -335,8 +335,9 @@ store:
 	// billing workers) and of its clients carries the profiler label
 	// billbench=<mode>: a CPU profile of a run of several modes splits by
 	// mode with -tagfocus, each measured in the same minutes of the VM.
+	labels := pprof.Labels("billbench", mode)
 	var openErr error
-	pprof.Do(context.Background(), pprof.Labels("billbench", mode), func(ctx context.Context) { openErr = m.Open(ctx) })
+	pprof.Do(context.Background(), labels, func(ctx context.Context) { openErr = m.Open(ctx) })
 	if err := openErr; err != nil {
 		b.Fatal(err)
 	}
@@ -358,7 +359,7 @@ store:
 	url := m.APIURL() + "/chat/completions"
 	body := `{"model":"bench","max_tokens":64,"stream":` + strconv.FormatBool(*billBenchStrm) +
 		`,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}`
-	bb := &billBench{mode: mode, m: m, acct: acct.ID, labels: pprof.Labels("billbench", mode)}
+	bb := &billBench{mode: mode, m: m, acct: acct.ID, labels: labels}
 	bb.one = func() (time.Duration, bool) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+secret)
