@@ -150,6 +150,11 @@ type BillingOp struct {
 	// Gone: the reservation row does not exist (swept after its lease):
 	// OpCharge then charged from the free balance alone.
 	Gone bool
+	// Recovered (OpSettle, OpCharge): the operation comes from a dead
+	// instance's charge journal and may already be in the ledger: a store
+	// applies it alone, with its check for an earlier charge of the hold,
+	// never summed with others.
+	Recovered bool
 }
 
 // Balance is an account's money as the books see it.

@@ -78,6 +78,13 @@ type Options struct {
 	// returns once its charge is committed. See docs/billing.md,
 	// "Asynchronous settles".
 	AsyncSettle bool
+	// Journal is the directory of the charge journal (docs/billing.md, "The
+	// charge journal"); empty: none. With a journal, a settle within its
+	// hold returns once its record is in this instance's journal file (a
+	// copy into memory the kernel keeps if the process dies), and its
+	// commit follows with the next batch; dead instances' journals there
+	// are applied by RecoverJournals.
+	Journal string
 	// NoReserve turns reservations off: every hold and settle is a
 	// database operation (docs/billing.md, "Reservations").
 	NoReserve bool
@@ -171,6 +178,10 @@ type Stats struct {
 	// Reserves and Returns count reservation top-ups and give-backs;
 	// InMemory the holds placed against a reservation (no database write).
 	Reserves, Returns, InMemory int64
+	// Journaled counts the settles answered once in the journal, before
+	// their commit; JournalRecovered the charges applied from dead
+	// instances' journals that had not been committed.
+	Journaled, JournalRecovered int64
 }
 
 // Biller is the tollgate.Biller of a store. Build it with New, run Run in
@@ -209,6 +220,9 @@ type Biller struct {
 
 	resvMu sync.Mutex
 	resvs  map[resvKey]*resv
+
+	jnl                         *journal // nil: no journal
+	journaled, journalRecovered atomic.Int64
 }
 
 var _ tollgate.Biller = (*Biller)(nil)
@@ -247,15 +261,33 @@ type pending struct {
 	// callers queued on that lock, each parked until the one before it
 	// had been scheduled (BenchmarkBilling's mutex profile).
 	mem *memHold
+	// slot is the journal slot of its record, plus one (0: not journaled).
+	slot int
 }
 
 // ErrClosed is returned by operations after Close.
 var ErrClosed = errors.New("billing: closed")
 
-// New starts a Biller on st.
+// New starts a Biller on st. If the journal cannot be created, the Biller
+// runs without it (settles wait for their commit) and logs why; Open
+// reports it instead.
 func New(st Store, o Options) *Biller {
+	b, err := Open(st, o)
+	if err != nil {
+		b.log.Error("no charge journal: every settle waits for its commit", "dir", o.Journal, "err", err)
+	}
+	return b
+}
+
+// Open is New, and reports whether the journal (Options.Journal) could be
+// created; the Biller is usable either way.
+func Open(st Store, o Options) (*Biller, error) {
 	o.setDefaults()
 	b := &Biller{st: st, opts: o, log: o.Logger, wake: make(chan struct{}, 1), quit: make(chan struct{}), resvs: map[resvKey]*resv{}}
+	var jerr error
+	if o.Journal != "" {
+		b.jnl, jerr = openJournal(o.Journal, o.Instance)
+	}
 	b.live.init()
 	if _, ok := st.(Committer); ok && o.Workers == 1 && !o.NoPipeline {
 		b.acks = make(chan ackJob, 64)
@@ -266,7 +298,7 @@ func New(st Store, o Options) *Biller {
 		b.wg.Add(1)
 		go b.worker()
 	}
-	return b
+	return b, jerr
 }
 
 // Instance is the id this process's holds carry.
@@ -286,6 +318,16 @@ func (b *Biller) Close() {
 	})
 	b.wg.Wait()
 	b.ackWG.Wait()
+	if j := b.jnl; j != nil {
+		b.jnl = nil
+		left, err := j.close()
+		if left > 0 {
+			b.log.Error("charges whose commit failed stay in the journal; the next start applies them", "journal", j.path, "charges", left)
+		}
+		if err != nil {
+			b.log.Error("close the charge journal", "journal", j.path, "err", err)
+		}
+	}
 }
 
 // Wait returns once every settle handed over so far is committed (or
@@ -303,7 +345,8 @@ func (b *Biller) Stats() Stats {
 		Swept: b.swept.Load(), Batches: b.batches.Load(), Ops: b.ops.Load(),
 		Writing: time.Duration(b.writing.Load()), Lingering: time.Duration(b.lingering.Load()),
 		Waiting:  time.Duration(b.waiting.Load()),
-		Reserves: b.reserves.Load(), Returns: b.returns.Load(), InMemory: b.inMemory.Load()}
+		Reserves: b.reserves.Load(), Returns: b.returns.Load(), InMemory: b.inMemory.Load(),
+		Journaled: b.journaled.Load(), JournalRecovered: b.journalRecovered.Load()}
 }
 
 // do queues op and waits until its batch is committed. It does not give up
@@ -769,21 +812,49 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 	if ok && lh.mem != nil {
 		return b.chargeReserved(holdID, lh.mem, c)
 	}
-	if ok && b.opts.AsyncSettle && c.Cost <= lh.amount {
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}}
+	if ok && c.Cost <= lh.amount && b.early(p) {
 		// The hold covers the cost, so the charge is the cost whatever else
 		// happens on the account (balance − held ≥ 0 always): it is known
 		// now and written with the next batch.
-		p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}, background: true, async: true}
 		b.runAsync(p, func(p *pending) {
 			if _, err := b.settleDone(p, p.err); err != nil {
 				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
-					"hold", holdID, "cost", p.op.Charge.Cost.String(), "err", err)
+					"hold", holdID, "cost", p.op.Charge.Cost.String(), "err", err, "journaled", p.slot > 0)
+				return
 			}
+			b.journalDone(p)
 		})
 		return c.Cost, nil
 	}
-	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c}}
 	return b.settleDone(p, b.run(p))
+}
+
+// early reports whether p, a settle within its hold, may return before its
+// commit: with AsyncSettle, or once its record is in the journal. It marks
+// p as nobody's wait (pending.background, pending.async).
+func (b *Biller) early(p *pending) bool {
+	switch {
+	case b.jnl != nil:
+		i, ok := b.jnl.put(&p.op)
+		if !ok {
+			return b.opts.AsyncSettle
+		}
+		p.slot = i + 1
+		b.journaled.Add(1)
+	case !b.opts.AsyncSettle:
+		return false
+	}
+	p.background, p.async = true, true
+	return true
+}
+
+// journalDone clears p's journal record: its charge is durable in the
+// database. A record whose commit failed stays, for recovery to apply.
+func (b *Biller) journalDone(p *pending) {
+	if p.slot > 0 && p.err == nil {
+		b.jnl.done(p.slot - 1)
+	}
 }
 
 // settleDone accounts for a written (or failed) settle and returns what was
@@ -857,16 +928,27 @@ func (b *Biller) Run(ctx context.Context) error {
 	defer sweep.Stop()
 	idle := time.NewTicker(b.opts.ReserveIdle / 2)
 	defer idle.Stop()
+	// Charges a dead process journaled go in before its holds are swept:
+	// while its reservation lasts they are paid from it.
+	b.recoverJournals(ctx)
 	b.SweepOnce(ctx) // holds left by an earlier run of a dead process
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sweep.C:
+			b.recoverJournals(ctx)
 			b.SweepOnce(ctx)
 		case <-idle.C:
 			b.ReturnReservations(ctx, b.opts.ReserveIdle)
 		}
+	}
+}
+
+// recoverJournals is RecoverJournals for Run: errors are logged.
+func (b *Biller) recoverJournals(ctx context.Context) {
+	if _, err := b.RecoverJournals(ctx); err != nil && ctx.Err() == nil {
+		b.log.Error("apply dead instances' charge journals", "err", err)
 	}
 }
 

@@ -196,8 +196,8 @@ func (b *Biller) detachLocked(r *resv) {
 		"reservation", r.id, "account", r.account)
 }
 
-// chargeReserved settles a hold placed in memory. With async, a charge
-// within the hold returns at once (see Options.AsyncSettle).
+// chargeReserved settles a hold placed in memory. A charge within the hold
+// returns before its commit with a journal or AsyncSettle (Biller.early).
 func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (tollgate.Amount, error) {
 	r := m.r
 	r.mu.Lock()
@@ -213,12 +213,14 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	// One allocation for the operation and its wait (the pending), none for
 	// a closure: this runs once per request.
 	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}}
-	if b.opts.AsyncSettle && c.Cost <= m.amount {
-		p.background, p.async = true, true
+	if c.Cost <= m.amount && b.early(p) {
 		b.runAsync(p, func(p *pending) {
 			if _, err := b.finishCharge(m, p, p.err); err != nil {
-				b.log.Error("settle failed; the hold stays in flight", "request_id", p.op.Charge.RequestID, "hold", holdID, "err", err)
+				b.log.Error("settle failed; the hold stays in flight", "request_id", p.op.Charge.RequestID, "hold", holdID,
+					"err", err, "journaled", p.slot > 0)
+				return
 			}
+			b.journalDone(p)
 		})
 		return c.Cost, nil
 	}

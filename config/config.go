@@ -122,6 +122,15 @@ type Billing struct {
 	// the hold covers the cost (default false: every response waits for
 	// its charge; docs/billing.md, "Asynchronous settles").
 	AsyncSettle bool `yaml:"async_settle"`
+	// Journal is the directory of the charge journal (docs/billing.md, "The
+	// charge journal"): a settle within its hold answers once its charge
+	// is there, safe from a crash of the process, and is committed with
+	// the next batch. Default with SQLite: the database's path plus
+	// "-charges"; with PostgreSQL: none. "off": none (every response waits
+	// for its charge's durable commit).
+	Journal string `yaml:"journal"`
+	// JournalDir is the resolved directory ("" for none).
+	JournalDir string `yaml:"-"`
 	// Workers is how many billing transactions may run at once. Default 1
 	// with SQLite (one writer), 4 with PostgreSQL.
 	Workers int `yaml:"workers"`
@@ -317,12 +326,16 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		default:
 			bad("store.sqlite_synchronous", "%q is not full or normal", c.Store.SQLiteSynchronous)
 		}
-		c.Store.Path = c.Store.SQLite
-		if !strings.HasPrefix(c.Store.Path, "/") && c.Dir != "" && c.Dir != "." {
-			c.Store.Path = c.Dir + "/" + c.Store.Path
-		}
+		c.Store.Path = c.resolve(c.Store.SQLite)
 	default:
 		bad("store", "required: sqlite: FILE or postgres_url_env: VAR")
+	}
+	switch j := c.Billing.Journal; {
+	case j == "off":
+	case j != "":
+		c.Billing.JournalDir = c.resolve(j)
+	case c.Store.Driver == "sqlite" && !sqliteInMemory(c.Store.SQLite):
+		c.Billing.JournalDir = c.Store.Path + "-charges"
 	}
 	if c.AdminTokenEnv != "" {
 		c.AdminToken = getenv(c.AdminTokenEnv)
@@ -505,3 +518,17 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 
 // Caps returns the backend's capability set.
 func (b *Backend) Caps() tollgate.Capabilities { return tollgate.NewCapabilities(b.Capabilities...) }
+
+// resolve makes a path relative to the config file's directory (SQLite's
+// ":memory:" and "file:" names are left as they are).
+func (c *Config) resolve(path string) string {
+	if !strings.HasPrefix(path, "/") && !strings.HasPrefix(path, ":") && !strings.HasPrefix(path, "file:") && c.Dir != "" && c.Dir != "." {
+		return c.Dir + "/" + path
+	}
+	return path
+}
+
+// sqliteInMemory reports whether an SQLite path names an in-memory database.
+func sqliteInMemory(path string) bool {
+	return path == ":memory:" || strings.Contains(path, "mode=memory")
+}

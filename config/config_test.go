@@ -178,3 +178,26 @@ func TestExampleConfigIsValid(t *testing.T) {
 		t.Fatalf("tollgate.example.yaml: %v", err)
 	}
 }
+
+// The charge journal: beside an SQLite file by default, none for an
+// in-memory database or PostgreSQL, "off", or a path of the operator's.
+func TestBillingJournalDir(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o", "PG": "postgres://x"})
+	for _, tc := range []struct{ doc, want string }{
+		{minimal, "/etc/tg/data/t.db-charges"},
+		{minimal + "billing: {journal: \"off\"}\n", ""},
+		{minimal + "billing: {journal: spool/charges}\n", "/etc/tg/spool/charges"},
+		{minimal + "billing: {journal: /var/lib/tg}\n", "/var/lib/tg"},
+		{strings.Replace(minimal, "store: {sqlite: data/t.db}", `store: {sqlite: ":memory:"}`, 1), ""},
+		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1), ""},
+		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1) + "billing: {journal: j}\n", "/etc/tg/j"},
+	} {
+		c, err := Parse([]byte(tc.doc), "/etc/tg", e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Billing.JournalDir != tc.want {
+			t.Errorf("journal dir %q, want %q, for\n%s", c.Billing.JournalDir, tc.want, tc.doc[len(minimal)-1:])
+		}
+	}
+}

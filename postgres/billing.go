@@ -63,7 +63,7 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 // summed reports whether op is a charge its reservation covers, which
 // applyBatch writes as a ledger insert plus one tollgate_take per reservation.
 func summed(op *tollgate.BillingOp, sum bool) bool {
-	return sum && op.Kind == tollgate.OpCharge && op.Charge.Cost <= op.Covered
+	return sum && op.Kind == tollgate.OpCharge && op.Charge.Cost <= op.Covered && !op.Recovered
 }
 
 func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum bool) error {

@@ -135,7 +135,8 @@ func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum b
 		b := &txStmts{ctx: ctx, limit: limit, tx: tx, s: &db.bill}
 		for _, op := range ops {
 			var err error
-			if op.Kind != tollgate.OpCharge || !sum || op.Charge.Cost > op.Covered {
+			summed := sum && op.Kind == tollgate.OpCharge && op.Charge.Cost <= op.Covered && !op.Recovered
+			if !summed {
 				if err := b.flushCharges(); err != nil {
 					return err
 				}
@@ -152,7 +153,7 @@ func (db *DB) applyBilling(ctx context.Context, ops []*tollgate.BillingOp, sum b
 			case tollgate.OpReturn:
 				err = b.giveBack(op)
 			case tollgate.OpCharge:
-				if sum && op.Charge.Cost <= op.Covered {
+				if summed {
 					err = b.chargeSummed(op)
 				} else {
 					err = b.charge(op)

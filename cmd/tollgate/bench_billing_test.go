@@ -87,7 +87,8 @@ func BenchmarkBilling(b *testing.B) {
 	modes := []mode{
 		{name: "off", store: sqliteAt("off.db"), extra: "billing:\n  disabled: true\n"},
 		{name: "sqlite", store: sqliteAt("on.db")},
-		{name: "sqlite-async", store: sqliteAt("async.db"), extra: "billing:\n  async_settle: true\n"},
+		{name: "sqlite-durable", store: sqliteAt("durable.db"), extra: "billing:\n  journal: \"off\"\n"},
+		{name: "sqlite-async", store: sqliteAt("async.db"), extra: "billing:\n  journal: \"off\"\n  async_settle: true\n", optional: true},
 		{name: "sqlite-normal", store: sqliteAt("normal.db") + "  sqlite_synchronous: normal\n", optional: true},
 		{name: "sqlite-nowait", store: sqliteAt("nowait.db"), extra: "billing:\n  batch_wait: \"off\"\n", optional: true},
 		{name: "sqlite-nopipe", store: sqliteAt("nopipe.db"), extra: "billing:\n  no_pipeline: true\n", optional: true},
@@ -450,6 +451,9 @@ func (bb *billBench) finish(b *testing.B) {
 		b.Logf("%s: %d holds (%d in memory), %d reservation top-ups; %d operations in %d batches (%.1f a batch); each waited %s on average; %d WAL syncs",
 			bb.mode, st.Holds-bb.st0.Holds, st.InMemory-bb.st0.InMemory, st.Reserves-bb.st0.Reserves, ops, batches, float64(ops)/float64(max(batches, 1)),
 			((st.Waiting - bb.st0.Waiting) / time.Duration(max(ops, 1))).Round(time.Microsecond), bb.syncs()-bb.syncs0)
+		if j := st.Journaled - bb.st0.Journaled; j > 0 {
+			b.Logf("%s: %d settles answered from the journal before their commit", bb.mode, j)
+		}
 		b.Logf("%s: a batch lingered %s and was written in %s on average", bb.mode,
 			((st.Lingering - bb.st0.Lingering) / time.Duration(max(batches, 1))).Round(time.Microsecond),
 			((st.Writing - bb.st0.Writing) / time.Duration(max(batches, 1))).Round(time.Microsecond))

@@ -31,7 +31,7 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 			workers = 4
 		}
 	}
-	return billing.New(bs, billing.Options{
+	b, err := billing.Open(bs, billing.Options{
 		Lease:       cfg.Billing.Lease.D(),
 		Renew:       cfg.Billing.Renew.D(),
 		Sweep:       cfg.Billing.Sweep.D(),
@@ -41,8 +41,14 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 		NoPipeline:  cfg.Billing.NoPipeline,
 		Workers:     workers,
 		AsyncSettle: cfg.Billing.AsyncSettle,
+		Journal:     cfg.Billing.JournalDir,
 		Logger:      log,
-	}), nil
+	})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("%w (billing.journal: off runs without one)", err)
+	}
+	return b, nil
 }
 
 // books returns the store's operator view, or an error naming the driver.

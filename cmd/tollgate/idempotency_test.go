@@ -168,6 +168,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 	if got := sim.Stats().Requests - before; got != 1 {
 		t.Errorf("the simulator saw %d calls, want 1", got)
 	}
+	h.main.Biller.Wait() // charges within their holds commit just after the response
 	if ids := charges(t, h.main.Store, h.acct.ID); len(ids) != 1 || ids[0] != orig.header.Get("X-Request-Id") {
 		t.Errorf("charges = %v, want exactly one, for %s", ids, orig.header.Get("X-Request-Id"))
 	}
@@ -266,6 +267,7 @@ func TestIdempotencyFailureReleases(t *testing.T) {
 	if r.status != http.StatusBadGateway {
 		t.Fatalf("with the backend failing: %d %s, want 502", r.status, r.body)
 	}
+	h.main.Biller.Wait() // charges within their holds commit just after the response
 	if ids := charges(t, h.main.Store, h.acct.ID); len(ids) != 0 {
 		t.Fatalf("a failure was charged: %v", ids)
 	}
@@ -279,6 +281,7 @@ func TestIdempotencyFailureReleases(t *testing.T) {
 	if got := sim.Stats().Requests - before; got != 1 {
 		t.Errorf("the retry and its replay called the simulator %d times, want 1", got)
 	}
+	h.main.Biller.Wait() // charges within their holds commit just after the response
 	if ids := charges(t, h.main.Store, h.acct.ID); len(ids) != 1 || ids[0] != r.header.Get("X-Request-Id") {
 		t.Errorf("charges = %v, want one, for the retry %s", ids, r.header.Get("X-Request-Id"))
 	}

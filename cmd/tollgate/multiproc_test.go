@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -372,5 +373,115 @@ func waitSettled(t *testing.T, st billingStore, acct string) {
 			t.Fatalf("still held after 10s: %+v, %v", b, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill -9 of a process after it answered a request and before that
+// request's charge was committed (the test holds SQLite's write lock, so the
+// charge's batch cannot commit): the charge was in the process's journal
+// (docs/billing.md, "The charge journal"), and the next process applies it,
+// once, at the cost the client was shown; the books add up.
+func TestBillingCrashAfterTheResponse(t *testing.T) {
+	bin := buildBinary(t)
+	sim := startFlatSim(t)
+	path := filepath.Join(t.TempDir(), "t.db")
+	st, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := &procFleet{t: t, bin: bin, config: multiprocConfig(t, "  sqlite: "+path+"\n", sim.URL())}
+	opening := flatHold * 1000 // rich enough for a reservation: holds in memory
+	acct, key := fundAccount(t, st, opening)
+	a := f.start()
+
+	post := func(api string) (cost tollgate.Amount, reqID string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+api+"/v1/chat/completions", strings.NewReader(flatBody))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Usage struct {
+				Cost string `json:"cost"`
+			} `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %d, %v", resp.StatusCode, err)
+		}
+		cost, err = tollgate.ParseAmount(body.Usage.Cost)
+		if err != nil || cost <= 0 || resp.Header.Get("X-Tollgate-Cost") != body.Usage.Cost {
+			t.Fatalf("usage.cost %q, X-Tollgate-Cost %q: %v", body.Usage.Cost, resp.Header.Get("X-Tollgate-Cost"), err)
+		}
+		return cost, resp.Header.Get("X-Request-Id")
+	}
+	// The first request makes the reservation (a commit of its own).
+	cost1, id1 := post(a.api)
+	ledgerEntry(t, st, id1)
+
+	// Nothing can commit now; the process still answers.
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	conn, err := raw.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	cost2, id2 := post(a.api)
+	a.kill9(t)
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.LedgerEntry(context.Background(), id2); err == nil {
+		t.Fatal("the second charge was committed before the kill: the test proves nothing")
+	}
+
+	b := f.start()
+	e := ledgerEntry(t, st, id2)
+	if e.Amount != -cost2 || e.Charge == nil || e.Charge.Cost != cost2 {
+		t.Errorf("the recovered charge: %+v; the client was shown %s", e, cost2)
+	}
+	// The dead process's reservation is swept after its lease; then the
+	// books hold exactly the two charges.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		bal, err := st.Balance(context.Background(), acct.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bal.Held == 0 {
+			if want := opening - cost1 - cost2; bal.Balance != want {
+				t.Errorf("balance %s, want %s", bal.Balance, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held: %+v", bal)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c, sum := countCharges(t, st, acct.ID); c != 2 || sum != cost1+cost2 {
+		t.Errorf("%d charges (%s), want 2 (%s)", c, sum, cost1+cost2)
+	}
+	ents, _ := os.ReadDir(path + "-charges")
+	if len(ents) != 1 {
+		t.Errorf("journals left: %d; want only the running process's", len(ents))
+	}
+	r, err := billing.Audit(context.Background(), st, time.Now(), 0)
+	if err != nil || !r.OK {
+		t.Errorf("audit: %v %v", r.Problems, err)
+	}
+	if t.Failed() {
+		logWarnings(t, []*proc{b})
 	}
 }

@@ -1,0 +1,225 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/sqlite"
+)
+
+// chargeGate is a store whose batches with a charge in them wait for open
+// (or fail, with fail set); everything else goes straight to the database.
+type chargeGate struct {
+	db   *sqlite.DB
+	open chan struct{}
+	fail bool
+	mu   sync.Mutex
+	seen int // batches with a charge that reached the gate
+}
+
+func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
+	for _, op := range ops {
+		if op.Kind == tollgate.OpCharge || op.Kind == tollgate.OpSettle {
+			g.mu.Lock()
+			g.seen++
+			g.mu.Unlock()
+			if g.fail {
+				return errors.New("the database is unwell")
+			}
+			<-g.open
+			break
+		}
+	}
+	return g.db.ApplyBilling(ctx, ops)
+}
+
+func (g *chargeGate) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
+	return g.db.RenewHolds(ctx, owner, expires, createdAfter)
+}
+
+func (g *chargeGate) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+	return g.db.SweepHolds(ctx, now, limit)
+}
+
+func journalFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// With a journal, a settle within its hold returns its charge while the
+// database has not committed it yet; the commit follows, and a clean close
+// leaves no journal behind.
+//
+// Both kinds of hold: one placed in memory against a reservation (the
+// settle is an OpCharge) and a holds row (an OpSettle).
+func TestJournalAnswersBeforeTheCommit(t *testing.T) {
+	for _, noReserve := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) { journalAnswersBeforeTheCommit(t, noReserve) })
+	}
+}
+
+func journalAnswersBeforeTheCommit(t *testing.T, noReserve bool) {
+	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+	dir := filepath.Join(t.TempDir(), "charges")
+	g := &chargeGate{db: db, open: make(chan struct{})}
+	b, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := charge(a, k, tollgate.MustParseAmount("0.004"))
+	done := make(chan tollgate.Amount)
+	go func() {
+		got, err := b.Settle(context.Background(), id, c)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	select {
+	case got := <-done:
+		if got != c.Cost {
+			t.Errorf("settle returned %s, want %s", got, c.Cost)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the settle waited for its commit")
+	}
+	if _, err := db.LedgerEntry(context.Background(), c.RequestID); err == nil {
+		t.Fatal("the charge is in the ledger while its batch is held at the gate")
+	}
+	if st := b.Stats(); st.Journaled != 1 {
+		t.Errorf("journaled %d, want 1", st.Journaled)
+	}
+	if names := journalFiles(t, dir); len(names) != 1 || !strings.HasSuffix(names[0], ".journal") {
+		t.Errorf("journal directory: %v", names)
+	}
+	close(g.open)
+	b.Wait()
+	e, err := db.LedgerEntry(context.Background(), c.RequestID)
+	if err != nil || e.Amount != -c.Cost {
+		t.Fatalf("ledger row %+v, %v", e, err)
+	}
+	b.Close()
+	if names := journalFiles(t, dir); len(names) != 0 {
+		t.Errorf("after a clean close the journal directory holds %v", names)
+	}
+	mustAuditClean(t, db)
+}
+
+// A charge answered from the journal whose commit never happens (here the
+// database refuses it; in life the process dies) stays in the journal; the
+// next instance applies it once, from the dead instance's reservation, and
+// deletes the journal. A live instance's journal is never touched, and a
+// charge already in the ledger is not charged again.
+func TestJournalRecoveredByTheNextInstance(t *testing.T) {
+	for _, noReserve := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) { journalRecoveredByTheNextInstance(t, noReserve) })
+	}
+}
+
+func journalRecoveredByTheNextInstance(t *testing.T, noReserve bool) {
+	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+	dir := filepath.Join(t.TempDir(), "charges")
+	g := &chargeGate{db: db, open: make(chan struct{}), fail: true}
+	dead, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := hold(t, dead, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := charge(a, k, tollgate.MustParseAmount("0.004"))
+	if got, err := dead.Settle(context.Background(), id, c); err != nil || got != c.Cost {
+		t.Fatalf("settle: %s, %v", got, err)
+	}
+	dead.Wait() // the commit failed: the record stays
+
+	// While its owner lives, another instance leaves the journal alone.
+	next, err := billing.Open(db, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if n, err := next.RecoverJournals(context.Background()); n != 0 || err != nil {
+		t.Fatalf("recovered %d (%v) from a live instance's journal", n, err)
+	}
+	dead.Close()
+	var kept string
+	for _, n := range journalFiles(t, dir) {
+		if strings.HasSuffix(n, ".journal") && !strings.HasPrefix(n, next.Instance()) {
+			kept = filepath.Join(dir, n)
+		}
+	}
+	if kept == "" {
+		t.Fatalf("the failed charge's journal was not kept: %v", journalFiles(t, dir))
+	}
+	saved, err := os.ReadFile(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n, err := next.RecoverJournals(context.Background()); n != 1 || err != nil {
+		t.Fatalf("recovered %d, %v; want 1", n, err)
+	}
+	e, err := db.LedgerEntry(context.Background(), c.RequestID)
+	if err != nil || e.Amount != -c.Cost || e.HoldID != id || e.Charge.Model != c.Model {
+		t.Fatalf("recovered ledger row %+v, %v", e, err)
+	}
+	if names := journalFiles(t, dir); len(names) != 1 {
+		t.Errorf("after recovery the directory holds %v; want only the live instance's journal", names)
+	}
+	bal, _ := db.Balance(context.Background(), a.ID)
+	if want := tollgate.MustParseAmount("10") - c.Cost; bal.Balance != want {
+		t.Errorf("balance %s, want %s", bal.Balance, want)
+	}
+
+	// The same journal again (say, a recovery that died before deleting
+	// it): the charge is found in the ledger and not charged twice.
+	if err := os.WriteFile(filepath.Join(dir, "inst_again.journal"), saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := next.RecoverJournals(context.Background()); n != 1 || err != nil {
+		t.Fatalf("second recovery: %d, %v", n, err)
+	}
+	if st := next.Stats(); st.JournalRecovered != 1 {
+		t.Errorf("JournalRecovered %d, want 1 (the second was already in the ledger)", st.JournalRecovered)
+	}
+	if bal2, _ := db.Balance(context.Background(), a.ID); bal2.Balance != bal.Balance {
+		t.Errorf("balance moved on a replayed journal: %s then %s", bal.Balance, bal2.Balance)
+	}
+	// Nothing is held for the request any more (its hold row was settled,
+	// or its reservation paid the charge); the audit is clean.
+	if noReserve && bal.Held != 0 {
+		t.Errorf("still held after recovery: %s", bal.Held)
+	}
+	mustAuditClean(t, db)
+}
+
+func mustAuditClean(t *testing.T, db *sqlite.DB) {
+	t.Helper()
+	r, err := billing.Audit(context.Background(), db, time.Now(), time.Minute)
+	if err != nil || !r.OK {
+		t.Errorf("audit: %v, %v", r.Problems, err)
+	}
+}
