@@ -508,6 +508,9 @@ func (b *Biller) worker() {
 			// has already waited that long.
 			start := time.Now()
 			deadline := oldest(batch).Add(b.opts.BatchWait)
+			if fg, _ := foreground(batch); fg == 0 {
+				deadline = start.Add(asyncLinger * b.opts.BatchWait)
+			}
 			timer.Reset(max(min(lingerGap(b.opts.BatchWait), time.Until(deadline)), 0))
 		wait:
 			for len(batch) < limit && b.open.Load() > 0 {
@@ -550,6 +553,15 @@ func (b *Biller) worker() {
 		}
 	}
 }
+
+// asyncLinger: a batch that nobody waits for (charges answered from the
+// journal or with AsyncSettle) waits up to this many BatchWaits for company.
+// No response waits for it, and the larger batches cost less a charge
+// (BenchmarkBilling, 128 clients: 56 charges a batch at one BatchWait, 121
+// at four, 256 at ten; the writer's time a charge 15.0, 14.8 and 13.5 µs);
+// four keeps a charge's time outside the database (the power-loss
+// exposure, docs/billing.md) near 10 ms.
+const asyncLinger = 4
 
 // allAsync reports whether every operation of batch is an async settle.
 func allAsync(batch []*pending) bool {
