@@ -319,7 +319,6 @@ func (b *Biller) Close() {
 	b.wg.Wait()
 	b.ackWG.Wait()
 	if j := b.jnl; j != nil {
-		b.jnl = nil
 		left, err := j.close()
 		if left > 0 {
 			b.log.Error("charges whose commit failed stay in the journal; the next start applies them", "journal", j.path, "charges", left)

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,11 @@ type journal struct {
 	busy []atomic.Bool // slot holds a record not yet durable in the database
 	next atomic.Uint64
 	file journalFile // the open, locked file (journal_unix.go)
+	// closed: put writes nothing more. writers counts the puts in progress,
+	// so that close unmaps the file only once none can touch it (a settle
+	// that races the Biller's Close must not write into unmapped memory).
+	closed  atomic.Bool
+	writers atomic.Int64
 }
 
 // errJournalUnsupported: no journal on this platform (journal_other.go).
@@ -81,6 +87,11 @@ func openJournal(dir, instance string) (*journal, error) {
 // written (every slot tried was in use, or the record is too long): the
 // settle must then wait for its commit.
 func (j *journal) put(op *tollgate.BillingOp) (int, bool) {
+	j.writers.Add(1)
+	defer j.writers.Add(-1)
+	if j.closed.Load() {
+		return 0, false
+	}
 	for range 4 {
 		i := int(j.next.Add(1) % journalSlots)
 		if !j.busy[i].CompareAndSwap(false, true) {
@@ -117,8 +128,15 @@ func (j *journal) pending() int {
 }
 
 // close unmaps the journal and deletes it if it holds no record; else it is
-// left for recovery (its records' batches failed), and close says so.
+// left for recovery (its records' batches failed), and close says so. It
+// runs once; later calls report nothing.
 func (j *journal) close() (left int, err error) {
+	if j.closed.Swap(true) {
+		return 0, nil
+	}
+	for j.writers.Load() != 0 {
+		runtime.Gosched() // a put that began before closed was set
+	}
 	left = j.pending()
 	if left == 0 {
 		err = os.Remove(j.path)

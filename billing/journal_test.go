@@ -223,3 +223,30 @@ func mustAuditClean(t *testing.T, db *sqlite.DB) {
 		t.Errorf("audit: %v, %v", r.Problems, err)
 	}
 }
+
+// A settle that comes after Close (a request cut at shutdown that outlived
+// the drain) is refused; it neither writes into the closed journal nor
+// crashes the process, and Close may be called again.
+func TestJournalSettleAfterClose(t *testing.T) {
+	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+	dir := filepath.Join(t.TempDir(), "charges")
+	b, err := billing.Open(db, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.004"))); !errors.Is(err, billing.ErrClosed) {
+		t.Errorf("settle after close: %v, want ErrClosed", err)
+	}
+	b.Close()
+	if st := b.Stats(); st.Journaled != 0 {
+		t.Errorf("journaled %d after close", st.Journaled)
+	}
+	if names := journalFiles(t, dir); len(names) != 0 {
+		t.Errorf("journal directory after close: %v", names)
+	}
+}

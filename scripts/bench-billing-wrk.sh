@@ -2,7 +2,7 @@
 # What billing costs in throughput, measured from outside: a simulated vLLM
 # server and one `tollgate serve` per billing mode, each its own process, and
 # wrk (a C load generator, its own process) driving them over loopback. The
-# modes take turns, one slice each per round (off, sqlite, sqlite-async,
+# modes take turns, one slice each per round (off, sqlite, sqlite-durable,
 # [postgres], off, ...), so that the VM's slow spells fall on every mode; the
 # script prints each slice and, per mode, the median over the rounds of its
 # throughput and of its ratio to off in the same round.
@@ -26,7 +26,7 @@ DURATION=${DURATION:-3s}
 ROUNDS=${ROUNDS:-6}
 STREAM=${STREAM:-0}
 if [ -z "${MODES:-}" ]; then
-  MODES="off sqlite sqlite-async"
+  MODES="off sqlite sqlite-durable"
   [ -n "${TOLLGATE_TEST_POSTGRES:-}" ] && MODES="$MODES postgres"
 fi
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 2; }
@@ -59,8 +59,9 @@ for mode in $MODES; do
   extra=""
   case $mode in
     off) extra=$'billing:\n  disabled: true' ;;
-    sqlite) ;;
-    sqlite-async) extra=$'billing:\n  async_settle: true' ;;
+    sqlite) ;;                                                    # the default: the charge journal
+    sqlite-durable) extra=$'billing:\n  journal: "off"' ;;            # every response waits for its durable commit
+    sqlite-async) extra=$'billing:\n  journal: "off"\n  async_settle: true' ;;
     sqlite-normal) store="$store"$'\n  sqlite_synchronous: normal' ;;
     postgres)
       schema="tg_wrk_$$"
