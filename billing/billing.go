@@ -223,6 +223,17 @@ type Biller struct {
 
 	jnl                         *journal // nil: no journal
 	journaled, journalRecovered atomic.Int64
+	// failed holds journaled operations whose batch failed: their records
+	// stay in the journal, their money stays held, and RetryJournaled
+	// applies them again (at every sweep, and at Close).
+	failedMu sync.Mutex
+	failed   []failedOp
+}
+
+// failedOp is a journaled settle (mem nil) or charge whose commit failed.
+type failedOp struct {
+	p   *pending
+	mem *memHold
 }
 
 var _ tollgate.Biller = (*Biller)(nil)
@@ -319,6 +330,9 @@ func (b *Biller) Close() {
 	b.wg.Wait()
 	b.ackWG.Wait()
 	if j := b.jnl; j != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		b.RetryJournaled(ctx) // a last chance for the charges whose commit failed
+		cancel()
 		left, err := j.close()
 		if left > 0 {
 			b.log.Error("charges whose commit failed stay in the journal; the next start applies them", "journal", j.path, "charges", left)
@@ -506,10 +520,7 @@ func (b *Biller) worker() {
 			// operation: one that queued while the last batch was written
 			// has already waited that long.
 			start := time.Now()
-			deadline := oldest(batch).Add(b.opts.BatchWait)
-			if fg, _ := foreground(batch); fg == 0 {
-				deadline = start.Add(asyncLinger * b.opts.BatchWait)
-			}
+			deadline := b.lingerUntil(batch, start)
 			timer.Reset(max(min(lingerGap(b.opts.BatchWait), time.Until(deadline)), 0))
 		wait:
 			for len(batch) < limit && b.open.Load() > 0 {
@@ -519,6 +530,11 @@ func (b *Biller) worker() {
 					batch = b.take(batch, limit)
 					if len(batch) == n {
 						continue // a stale wake-up: nothing arrived
+					}
+					// An operation somebody waits for shortens a
+					// batch that lingered for background ones.
+					if d := b.lingerUntil(batch, start); d.Before(deadline) {
+						deadline = d
 					}
 					left := time.Until(deadline)
 					if left <= 0 || !lingers() {
@@ -561,6 +577,16 @@ func (b *Biller) worker() {
 // four keeps a charge's time outside the database (the power-loss
 // exposure, docs/billing.md) near 10 ms.
 const asyncLinger = 4
+
+// lingerUntil is when a batch that began to linger at start stops waiting
+// for company: BatchWait after its oldest operation that somebody waits
+// for, or asyncLinger × BatchWait after start if nobody waits for any.
+func (b *Biller) lingerUntil(batch []*pending, start time.Time) time.Time {
+	if fg, _ := foreground(batch); fg == 0 {
+		return start.Add(asyncLinger * b.opts.BatchWait)
+	}
+	return oldest(batch).Add(b.opts.BatchWait)
+}
 
 // allAsync reports whether every operation of batch is an async settle.
 func allAsync(batch []*pending) bool {
@@ -828,14 +854,7 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		// The hold covers the cost, so the charge is the cost whatever else
 		// happens on the account (balance − held ≥ 0 always): it is known
 		// now and written with the next batch.
-		b.runAsync(p, func(p *pending) {
-			if _, err := b.settleDone(p, p.err); err != nil {
-				b.log.Error("settle failed; the hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
-					"hold", holdID, "cost", p.op.Charge.Cost.String(), "err", err, "journaled", p.slot > 0)
-				return
-			}
-			b.journalDone(p)
-		})
+		b.runAsync(p, b.settleAnswered)
 		return c.Cost, nil
 	}
 	return b.settleDone(p, b.run(p))
@@ -858,6 +877,21 @@ func (b *Biller) early(p *pending) bool {
 	}
 	p.background, p.async = true, true
 	return true
+}
+
+// settleAnswered finishes a settle answered before its commit, once its
+// batch is durable or failed.
+func (b *Biller) settleAnswered(p *pending) {
+	if p.err != nil && p.slot > 0 {
+		b.keepJournaled(p, nil)
+		return
+	}
+	if _, err := b.settleDone(p, p.err); err != nil {
+		b.log.Error("settle failed; the hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
+			"hold", p.op.HoldID, "cost", p.op.Charge.Cost.String(), "err", err)
+		return
+	}
+	b.journalDone(p)
 }
 
 // journalDone clears p's journal record: its charge is durable in the
@@ -940,28 +974,40 @@ func (b *Biller) Run(ctx context.Context) error {
 	idle := time.NewTicker(b.opts.ReserveIdle / 2)
 	defer idle.Stop()
 	// Charges a dead process journaled go in before its holds are swept:
-	// while its reservation lasts they are paid from it.
-	b.recoverJournals(ctx)
-	b.SweepOnce(ctx) // holds left by an earlier run of a dead process
+	// while its reservation lasts they are paid from it. So while that
+	// fails (the database refuses them), holds are not swept, up to
+	// maxRecoverSkips sweeps in a row: a journal that can never be applied
+	// must not keep every expired hold reserved for ever.
+	failures := 0
+	sweepAfterRecovery := func() {
+		b.RetryJournaled(ctx)
+		if _, err := b.RecoverJournals(ctx); err != nil && ctx.Err() == nil {
+			failures++
+			b.log.Error("apply dead instances' charge journals", "err", err, "sweep_skipped", failures <= maxRecoverSkips)
+			if failures <= maxRecoverSkips {
+				return
+			}
+		} else {
+			failures = 0
+		}
+		b.SweepOnce(ctx)
+	}
+	sweepAfterRecovery() // holds left by an earlier run of a dead process
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sweep.C:
-			b.recoverJournals(ctx)
-			b.SweepOnce(ctx)
+			sweepAfterRecovery()
 		case <-idle.C:
 			b.ReturnReservations(ctx, b.opts.ReserveIdle)
 		}
 	}
 }
 
-// recoverJournals is RecoverJournals for Run: errors are logged.
-func (b *Biller) recoverJournals(ctx context.Context) {
-	if _, err := b.RecoverJournals(ctx); err != nil && ctx.Err() == nil {
-		b.log.Error("apply dead instances' charge journals", "err", err)
-	}
-}
+// maxRecoverSkips: how many sweeps in a row Run skips while dead
+// instances' journals cannot be applied (10 × the 30 s default: 5 minutes).
+const maxRecoverSkips = 10
 
 // RenewOnce extends the leases of this instance's holds by one Lease.
 func (b *Biller) RenewOnce(ctx context.Context) error {

@@ -74,6 +74,20 @@ func openJournal(dir, instance string) (*journal, error) {
 		return nil, fmt.Errorf("billing journal: %w", err)
 	}
 	j := &journal{path: filepath.Join(dir, instance+journalExt), busy: make([]atomic.Bool, journalSlots)}
+	// A journal of this instance id already there is a dead run's (an
+	// operator's fixed Options.Instance): moved aside for recovery, never
+	// overwritten; one whose process lives means the id is in use.
+	if f, ok, err := lockIfDead(j.path); err != nil {
+		return nil, fmt.Errorf("billing journal: %w", err)
+	} else if ok {
+		err := os.Rename(j.path, filepath.Join(dir, instance+"-"+tollgate.NewID("dead_")+journalExt))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("billing journal: %w", err)
+		}
+	} else if _, err := os.Stat(j.path); err == nil {
+		return nil, fmt.Errorf("billing journal: %s is locked by a running process: instance id %q is in use", j.path, instance)
+	}
 	var err error
 	// Created under a name recovery ignores, locked, then renamed: another
 	// instance never takes a journal being created for a dead one's.
@@ -110,8 +124,14 @@ func (j *journal) put(op *tollgate.BillingOp) (int, bool) {
 	return 0, false
 }
 
-// done clears slot i: its record is durable in the database.
+// done clears slot i: its record is durable in the database. After close
+// it does nothing (the mapping may be gone).
 func (j *journal) done(i int) {
+	j.writers.Add(1)
+	defer j.writers.Add(-1)
+	if j.closed.Load() {
+		return
+	}
 	atomic.StoreUint64(slotHeader(j.mem[i*journalSlot:]), 0)
 	j.busy[i].Store(false)
 }
@@ -327,7 +347,11 @@ func (b *Biller) RecoverJournals(ctx context.Context) (int, error) {
 		switch {
 		case strings.HasSuffix(name, journalTmpExt):
 			// A journal that was being created when its process died: it
-			// holds nothing.
+			// holds nothing. One younger than a minute may be being
+			// created right now, not yet locked: left alone.
+			if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < time.Minute {
+				continue
+			}
 			if f, ok, err := lockIfDead(path); err == nil && ok {
 				os.Remove(path)
 				f.Close()
@@ -406,4 +430,50 @@ func (b *Biller) recovered(op *tollgate.BillingOp) {
 	b.journalRecovered.Add(1)
 	b.log.Warn("charged a request from a dead instance's journal", "request_id", op.Charge.RequestID,
 		"account", op.Charge.AccountID, "charged", op.Charged.String(), "uncollected", op.Uncollected.String())
+}
+
+// keepJournaled keeps a journaled operation whose batch failed for
+// RetryJournaled. Its record stays in the journal (so a crash before the
+// retry loses nothing) and its money stays held: in its hold row, or as
+// pending in its reservation.
+func (b *Biller) keepJournaled(p *pending, m *memHold) {
+	b.log.Error("a charge already answered could not be committed; it is retried at every sweep, and applied from the journal if this process ends first",
+		"request_id", p.op.Charge.RequestID, "hold", p.op.HoldID, "cost", p.op.Charge.Cost.String(), "err", p.err)
+	b.failedMu.Lock()
+	b.failed = append(b.failed, failedOp{p: p, mem: m})
+	b.failedMu.Unlock()
+}
+
+// RetryJournaled applies again the journaled operations whose batch failed,
+// each alone with the store's check for an earlier charge of its hold, and
+// returns how many went in; the others are kept for the next call.
+func (b *Biller) RetryJournaled(ctx context.Context) int {
+	b.failedMu.Lock()
+	fs := b.failed
+	b.failed = nil
+	b.failedMu.Unlock()
+	var keep []failedOp
+	for _, f := range fs {
+		op := &f.p.op
+		op.Recovered = true
+		if err := b.st.ApplyBilling(ctx, []*tollgate.BillingOp{op}); err != nil {
+			f.p.err = err
+			keep = append(keep, f)
+			continue
+		}
+		f.p.err = nil
+		if f.mem != nil {
+			b.finishCharge(f.mem, f.p, nil)
+		} else {
+			b.settleDone(f.p, nil)
+		}
+		b.journalDone(f.p)
+	}
+	if len(keep) > 0 {
+		b.log.Error("charges already answered still cannot be committed", "charges", len(keep), "err", keep[0].p.err)
+		b.failedMu.Lock()
+		b.failed = append(b.failed, keep...)
+		b.failedMu.Unlock()
+	}
+	return len(fs) - len(keep)
 }

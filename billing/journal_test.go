@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 type chargeGate struct {
 	db   *sqlite.DB
 	open chan struct{}
-	fail bool
+	fail atomic.Bool
 	mu   sync.Mutex
 	seen int // batches with a charge that reached the gate
 }
@@ -32,7 +33,7 @@ func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp
 			g.mu.Lock()
 			g.seen++
 			g.mu.Unlock()
-			if g.fail {
+			if g.fail.Load() {
 				return errors.New("the database is unwell")
 			}
 			<-g.open
@@ -140,7 +141,8 @@ func TestJournalRecoveredByTheNextInstance(t *testing.T) {
 func journalRecoveredByTheNextInstance(t *testing.T, noReserve bool) {
 	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
 	dir := filepath.Join(t.TempDir(), "charges")
-	g := &chargeGate{db: db, open: make(chan struct{}), fail: true}
+	g := &chargeGate{db: db, open: make(chan struct{})}
+	g.fail.Store(true)
 	dead, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
 	if err != nil {
 		t.Fatal(err)
@@ -248,5 +250,182 @@ func TestJournalSettleAfterClose(t *testing.T) {
 	}
 	if names := journalFiles(t, dir); len(names) != 0 {
 		t.Errorf("journal directory after close: %v", names)
+	}
+}
+
+// A journaled charge whose batch fails keeps its money held and its record,
+// and goes in when the database is back (RetryJournaled runs at every
+// sweep); the journal is then empty.
+func TestJournalRetriesAFailedCommit(t *testing.T) {
+	for _, noReserve := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) {
+			db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+			dir := filepath.Join(t.TempDir(), "charges")
+			g := &chargeGate{db: db, open: make(chan struct{})}
+			close(g.open)
+			g.fail.Store(true)
+			b, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := charge(a, k, tollgate.MustParseAmount("0.004"))
+			if got, err := b.Settle(context.Background(), id, c); err != nil || got != c.Cost {
+				t.Fatalf("settle: %s, %v", got, err)
+			}
+			b.Wait() // the batch failed; Wait gives back what is unused
+			bal, _ := db.Balance(context.Background(), a.ID)
+			if bal.Held < tollgate.MustParseAmount("0.004") {
+				t.Errorf("held %s after the failed commit: the charge's money was let go", bal.Held)
+			}
+			if n := b.RetryJournaled(context.Background()); n != 0 {
+				t.Errorf("retried %d while the database still refuses", n)
+			}
+			g.fail.Store(false)
+			if n := b.RetryJournaled(context.Background()); n != 1 {
+				t.Fatalf("retried %d, want 1", n)
+			}
+			e, err := db.LedgerEntry(context.Background(), c.RequestID)
+			if err != nil || e.Amount != -c.Cost {
+				t.Fatalf("ledger row %+v, %v", e, err)
+			}
+			if n := b.RetryJournaled(context.Background()); n != 0 {
+				t.Errorf("retried %d more", n)
+			}
+			b.Close()
+			if names := journalFiles(t, dir); len(names) != 0 {
+				t.Errorf("journal directory after close: %v", names)
+			}
+			bal, _ = db.Balance(context.Background(), a.ID)
+			if want := tollgate.MustParseAmount("10") - c.Cost; bal.Balance != want || bal.Held != 0 {
+				t.Errorf("balance %+v, want %s and nothing held", bal, want)
+			}
+			mustAuditClean(t, db)
+		})
+	}
+}
+
+// An instance started with the id of a dead one (a fixed Options.Instance)
+// does not overwrite the dead one's journal: it sets it aside and applies
+// it.
+func TestJournalOfTheSameInstanceIDIsKept(t *testing.T) {
+	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+	dir := filepath.Join(t.TempDir(), "charges")
+	g := &chargeGate{db: db, open: make(chan struct{})}
+	g.fail.Store(true)
+	first, err := billing.Open(g, billing.Options{Journal: dir, Instance: "inst_fixed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := hold(t, first, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := charge(a, k, tollgate.MustParseAmount("0.004"))
+	if _, err := first.Settle(context.Background(), id, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := billing.Open(db, billing.Options{Journal: dir, Instance: "inst_fixed"}); err == nil {
+		t.Fatal("a second instance with the id of a live one got a journal")
+	}
+	first.Close() // the charge stays in the journal
+	second, err := billing.Open(db, billing.Options{Journal: dir, Instance: "inst_fixed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if n, err := second.RecoverJournals(context.Background()); n != 1 || err != nil {
+		t.Fatalf("recovered %d, %v; want the first run's charge", n, err)
+	}
+	if _, err := db.LedgerEntry(context.Background(), c.RequestID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A journal file still being created (its temporary name, younger than a
+// minute) is left alone by recovery; an old one, whose process died while
+// creating it, is deleted.
+func TestJournalRecoveryLeavesFreshTemporaryFiles(t *testing.T) {
+	db, _, _, _ := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("1"))
+	dir := t.TempDir()
+	fresh, old := filepath.Join(dir, "inst_a.journal-tmp"), filepath.Join(dir, "inst_b.journal-tmp")
+	for _, p := range []string{fresh, old} {
+		if err := os.WriteFile(p, make([]byte, 512), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	r, err := billing.Open(db, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.RecoverJournals(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a fresh temporary journal was removed: %v", err)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an old temporary journal was kept: %v", err)
+	}
+}
+
+// A batch of operations nobody waits for lingers up to 4 × BatchWait; an
+// operation that somebody waits for, joining it, cuts that back to
+// BatchWait after its arrival. BatchWait is 100 ms here: settles answered
+// early keep arriving every 5 ms, and a hold placed 50 ms after the first
+// of them returned after 450 ms before this rule, about 100 ms with it.
+func TestAWaitedOperationShortensAnAsyncBatchsLinger(t *testing.T) {
+	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+	b := billing.New(db, billing.Options{NoReserve: true, AsyncSettle: true, BatchWait: 100 * time.Millisecond})
+	defer b.Close()
+	// Placed together, so that the last batch a request waited for held
+	// several operations: under load, which is when batches linger.
+	ids := make([]string, 120)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.001"))
+			if err != nil {
+				t.Error(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	stop := make(chan struct{})
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		for _, id := range ids {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.0005"))); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("0.001")); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	close(stop)
+	<-settled
+	if took > 250*time.Millisecond {
+		t.Errorf("a hold that joined a lingering batch of early-answered settles waited %s; BatchWait is 100ms", took)
 	}
 }
