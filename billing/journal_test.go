@@ -51,6 +51,31 @@ func (g *chargeGate) SweepHolds(ctx context.Context, now time.Time, limit int) (
 	return g.db.SweepHolds(ctx, now, limit)
 }
 
+// journalSetup is an account with 10 USD and its key, a journal directory,
+// and a gate in front of the database: open (charges pass) or shut (they
+// wait), failing or not.
+func journalSetup(t *testing.T, open, fail bool) (*sqlite.DB, *chargeGate, string, tollgate.Account, tollgate.Key) {
+	t.Helper()
+	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
+	g := &chargeGate{db: db, open: make(chan struct{})}
+	if open {
+		close(g.open)
+	}
+	g.fail.Store(fail)
+	return db, g, filepath.Join(t.TempDir(), "charges"), a, k
+}
+
+// holdAndCharge places a hold of 0.01 USD through b and returns it with a
+// charge of 0.004 USD for it.
+func holdAndCharge(t *testing.T, b *billing.Biller, a tollgate.Account, k tollgate.Key) (string, tollgate.Charge) {
+	t.Helper()
+	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, charge(a, k, tollgate.MustParseAmount("0.004"))
+}
+
 func journalFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -77,18 +102,12 @@ func TestJournalAnswersBeforeTheCommit(t *testing.T) {
 }
 
 func journalAnswersBeforeTheCommit(t *testing.T, noReserve bool) {
-	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
-	dir := filepath.Join(t.TempDir(), "charges")
-	g := &chargeGate{db: db, open: make(chan struct{})}
+	db, g, dir, a, k := journalSetup(t, false, false)
 	b, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := charge(a, k, tollgate.MustParseAmount("0.004"))
+	id, c := holdAndCharge(t, b, a, k)
 	done := make(chan tollgate.Amount)
 	go func() {
 		got, err := b.Settle(context.Background(), id, c)
@@ -139,19 +158,12 @@ func TestJournalRecoveredByTheNextInstance(t *testing.T) {
 }
 
 func journalRecoveredByTheNextInstance(t *testing.T, noReserve bool) {
-	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
-	dir := filepath.Join(t.TempDir(), "charges")
-	g := &chargeGate{db: db, open: make(chan struct{})}
-	g.fail.Store(true)
+	db, g, dir, a, k := journalSetup(t, false, true)
 	dead, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := hold(t, dead, a, k, tollgate.MustParseAmount("0.01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := charge(a, k, tollgate.MustParseAmount("0.004"))
+	id, c := holdAndCharge(t, dead, a, k)
 	if got, err := dead.Settle(context.Background(), id, c); err != nil || got != c.Cost {
 		t.Fatalf("settle: %s, %v", got, err)
 	}
@@ -230,18 +242,14 @@ func mustAuditClean(t *testing.T, db *sqlite.DB) {
 // the drain) is refused; it neither writes into the closed journal nor
 // crashes the process, and Close may be called again.
 func TestJournalSettleAfterClose(t *testing.T) {
-	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
-	dir := filepath.Join(t.TempDir(), "charges")
+	db, _, dir, a, k := journalSetup(t, true, false)
 	b, err := billing.Open(db, billing.Options{Journal: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, c := holdAndCharge(t, b, a, k)
 	b.Close()
-	if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.004"))); !errors.Is(err, billing.ErrClosed) {
+	if _, err := b.Settle(context.Background(), id, c); !errors.Is(err, billing.ErrClosed) {
 		t.Errorf("settle after close: %v, want ErrClosed", err)
 	}
 	b.Close()
@@ -259,20 +267,12 @@ func TestJournalSettleAfterClose(t *testing.T) {
 func TestJournalRetriesAFailedCommit(t *testing.T) {
 	for _, noReserve := range []bool{false, true} {
 		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) {
-			db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
-			dir := filepath.Join(t.TempDir(), "charges")
-			g := &chargeGate{db: db, open: make(chan struct{})}
-			close(g.open)
-			g.fail.Store(true)
+			db, g, dir, a, k := journalSetup(t, true, true)
 			b, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
 			if err != nil {
 				t.Fatal(err)
 			}
-			id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := charge(a, k, tollgate.MustParseAmount("0.004"))
+			id, c := holdAndCharge(t, b, a, k)
 			if got, err := b.Settle(context.Background(), id, c); err != nil || got != c.Cost {
 				t.Fatalf("settle: %s, %v", got, err)
 			}
@@ -312,19 +312,12 @@ func TestJournalRetriesAFailedCommit(t *testing.T) {
 // does not overwrite the dead one's journal: it sets it aside and applies
 // it.
 func TestJournalOfTheSameInstanceIDIsKept(t *testing.T) {
-	db, _, a, k := setup(t, billing.Options{NoReserve: true}, tollgate.MustParseAmount("10"))
-	dir := filepath.Join(t.TempDir(), "charges")
-	g := &chargeGate{db: db, open: make(chan struct{})}
-	g.fail.Store(true)
+	db, g, dir, a, k := journalSetup(t, false, true)
 	first, err := billing.Open(g, billing.Options{Journal: dir, Instance: "inst_fixed"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := hold(t, first, a, k, tollgate.MustParseAmount("0.01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := charge(a, k, tollgate.MustParseAmount("0.004"))
+	id, c := holdAndCharge(t, first, a, k)
 	if _, err := first.Settle(context.Background(), id, c); err != nil {
 		t.Fatal(err)
 	}
