@@ -89,6 +89,7 @@ func BenchmarkBilling(b *testing.B) {
 		{name: "sqlite", store: sqliteAt("on.db")},
 		{name: "sqlite-durable", store: sqliteAt("durable.db"), extra: "billing:\n  journal: \"off\"\n"},
 		{name: "sqlite-async", store: sqliteAt("async.db"), extra: "billing:\n  journal: \"off\"\n  async_settle: true\n", optional: true},
+		{name: "sqlite-shmjournal", store: sqliteAt("shm.db"), extra: "billing:\n  journal: " + filepath.Join(shmDir(b), "charges") + "\n", optional: true},
 		{name: "sqlite-normal", store: sqliteAt("normal.db") + "  sqlite_synchronous: normal\n", optional: true},
 		{name: "sqlite-nowait", store: sqliteAt("nowait.db"), extra: "billing:\n  batch_wait: \"off\"\n", optional: true},
 		{name: "sqlite-nopipe", store: sqliteAt("nopipe.db"), extra: "billing:\n  no_pipeline: true\n", optional: true},
@@ -477,4 +478,15 @@ func countChargesB(st billingStore, acct string) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// shmDir is a directory in memory (tmpfs) for the sqlite-shmjournal mode: a
+// journal there is never written back to disk.
+func shmDir(b *testing.B) string {
+	dir, err := os.MkdirTemp("/dev/shm", "tollgate-bench-")
+	if err != nil {
+		return b.TempDir()
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
