@@ -373,9 +373,13 @@ func TestLoneClientDoesNotWaitForCompany(t *testing.T) {
 }
 
 // storeWithAccount opens a store with an account of 10 USD and a key.
+// storeWithAccount is a store for the tests of batching, which time their
+// operations: its commits are not synced (synchronous=NORMAL), so that a
+// slow fsync while other tests write (CI runs packages side by side) does
+// not stretch a write the test counts as 200 ms.
 func storeWithAccount(t *testing.T) (*sqlite.DB, tollgate.Account, tollgate.Key) {
 	t.Helper()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "s.db"))
+	db, err := sqlite.OpenSynchronous(filepath.Join(t.TempDir(), "s.db"), "normal")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 // is alive.
 type journalFile = *os.File
 
-// createMapped creates the file at tmp with size zero bytes (written, not
-// sparse: a store into a hole of a full disk would kill the process), locks
-// it, maps it and renames it to path.
+// createMapped creates the file at tmp with size zero bytes, allocated on
+// disk (not sparse: a store into a hole of a full disk would kill the
+// process), locks it, maps it and renames it to path.
 func createMapped(tmp, path string, size int) (*os.File, []byte, error) {
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -29,11 +29,8 @@ func createMapped(tmp, path string, size int) (*os.File, []byte, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return fail(err)
 	}
-	zero := make([]byte, 1<<20)
-	for off := 0; off < size; off += len(zero) {
-		if _, err := f.WriteAt(zero[:min(len(zero), size-off)], int64(off)); err != nil {
-			return fail(err)
-		}
+	if err := allocate(f, size); err != nil {
+		return fail(err)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -85,3 +82,14 @@ func lockIfDead(path string) (f *os.File, ok bool, err error) {
 // slotHeader is the 8-byte header at the start of slot s (slots are
 // 512-byte aligned in a page-aligned mapping, so the word is aligned).
 func slotHeader(s []byte) *uint64 { return (*uint64)(unsafe.Pointer(&s[0])) }
+
+// writeZeros allocates size bytes of f by writing them.
+func writeZeros(f *os.File, size int) error {
+	zero := make([]byte, 1<<20)
+	for off := 0; off < size; off += len(zero) {
+		if _, err := f.WriteAt(zero[:min(len(zero), size-off)], int64(off)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
