@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -202,4 +204,30 @@ type Store interface {
 	KeyStore
 	TrafficStore
 	Close() error
+}
+
+// ParseExpiry reads when a key stops working: a duration from now ("720h",
+// "30d") or a time (RFC 3339, or a date meaning midnight UTC), which must be
+// after now.
+func ParseExpiry(s string, now time.Time) (time.Time, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 {
+			return now.AddDate(0, 0, n), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("%q: want a positive duration", s)
+		}
+		return now.Add(d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
+		if t, err := time.Parse(layout, s); err == nil {
+			if !t.After(now) {
+				return time.Time{}, fmt.Errorf("%q is in the past", s)
+			}
+			return t.UTC().Truncate(time.Microsecond), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q: want a duration (720h, 30d) or a time (2026-01-31T00:00:00Z, 2026-01-31)", s)
 }

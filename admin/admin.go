@@ -1,6 +1,6 @@
-// Package admin is the operator's HTTP API on the admin listener: balances,
-// credits and debits, usage reports and the audit of the books
-// (docs/admin-api.md). Every request needs the admin token as a bearer
+// Package admin is the operator's HTTP API on the admin listener: accounts
+// and keys, balances, credits and debits, usage reports and the audit of
+// the books (docs/admin-api.md). Every request needs the admin token as a bearer
 // token; it is compared in constant time.
 package admin
 
@@ -23,7 +23,10 @@ import (
 // Store is what the admin API reads and writes.
 type Store interface {
 	billing.BooksStore
-	Account(ctx context.Context, id string) (tollgate.Account, error)
+	tollgate.AccountStore
+	CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash) error
+	Keys(ctx context.Context, accountID string) ([]tollgate.Key, error)
+	RevokeKey(ctx context.Context, id string, at time.Time) error
 }
 
 // Options configure the API.
@@ -33,8 +36,11 @@ type Options struct {
 	// AuditGrace is how long past its lease a hold may live before the
 	// audit calls it orphaned (the sweep interval plus a margin).
 	AuditGrace time.Duration
-	Log        *slog.Logger
-	Now        func() time.Time
+	// Models are the catalogue's model ids, which a key's allow-list may
+	// name; nil: not checked.
+	Models []string
+	Log    *slog.Logger
+	Now    func() time.Time
 }
 
 // Prefix is where the API is mounted.
@@ -57,7 +63,14 @@ func New(st Store, o Options) *API {
 		o.Now = time.Now
 	}
 	a := &API{st: st, opts: o, token: sha256.Sum256([]byte(o.Token)), mux: http.NewServeMux()}
+	a.route("GET /admin/v1/accounts", a.listAccounts)
+	a.route("POST /admin/v1/accounts", a.createAccount)
 	a.route("GET /admin/v1/accounts/{id}", a.showAccount)
+	a.route("POST /admin/v1/accounts/{id}/disable", a.setDisabled(true))
+	a.route("POST /admin/v1/accounts/{id}/enable", a.setDisabled(false))
+	a.route("GET /admin/v1/keys", a.listKeys)
+	a.route("POST /admin/v1/keys", a.createKey)
+	a.route("POST /admin/v1/keys/{id}/revoke", a.revokeKey)
 	a.route("POST /admin/v1/accounts/{id}/credit", a.post(tollgate.LedgerCredit))
 	a.route("POST /admin/v1/accounts/{id}/debit", a.post(tollgate.LedgerDebit))
 	a.route("GET /admin/v1/usage", a.usage)
@@ -170,10 +183,7 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Object string             `json:"object"`
-		Data   []billing.UsageRow `json:"data"`
-	}{"list", rows})
+	return writeJSON(w, http.StatusOK, list(rows))
 }
 
 func (a *API) audit(w http.ResponseWriter, r *http.Request) error {

@@ -67,7 +67,11 @@ func adminRoutes(cfg *config.Config, st tollgate.Store, log *slog.Logger) map[st
 	if !ok {
 		return nil
 	}
-	return admin.New(as, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Log: log}).Routes()
+	models := make([]string, 0, len(cfg.Models))
+	for _, m := range cfg.Models {
+		models = append(models, m.ID)
+	}
+	return admin.New(as, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log}).Routes()
 }
 
 // auditGrace is how long past its lease a hold may live before the audit

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -134,29 +133,13 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 	return nil
 }
 
-// parseExpiry reads a duration from now ("720h", "30d") or a time (RFC 3339,
-// or a date meaning midnight UTC).
+// parseExpiry is tollgate.ParseExpiry with the flag's name in its errors.
 func parseExpiry(s string, now time.Time) (time.Time, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 {
-			return now.AddDate(0, 0, n), nil
-		}
+	t, err := tollgate.ParseExpiry(s, now)
+	if err != nil {
+		return t, fmt.Errorf("--expires %w", err)
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d <= 0 {
-			return time.Time{}, fmt.Errorf("--expires %q: want a positive duration", s)
-		}
-		return now.Add(d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
-		if t, err := time.Parse(layout, s); err == nil {
-			if !t.After(now) {
-				return time.Time{}, fmt.Errorf("--expires %q is in the past", s)
-			}
-			return t.UTC().Truncate(time.Microsecond), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("--expires %q: want a duration (720h, 30d) or a time (2026-01-31T00:00:00Z, 2026-01-31)", s)
+	return t, nil
 }
 
 func splitList(s string) []string {

@@ -180,6 +180,128 @@ func TestAdminAPI(t *testing.T) {
 	}
 }
 
+// The admin API's accounts and keys: create an account, fund it, give it a
+// key restricted to one model, use the key on the API listener, disable and
+// enable the account, revoke the key; bad bodies are 400 with the field.
+func TestAdminAPIAccountsAndKeys(t *testing.T) {
+	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(1)})
+	cfg := *h.main.Config
+	cfg.AdminToken = "s3cret-admin-token"
+	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	defer srv.Close()
+	call := func(method, path, body string, into any) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer s3cret-admin-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if into != nil && resp.StatusCode < 300 {
+			if err := json.Unmarshal(b, into); err != nil {
+				t.Fatalf("%s %s: %v in %s", method, path, err, b)
+			}
+		}
+		return resp.StatusCode, b
+	}
+	var acct struct {
+		ID       string          `json:"id"`
+		Name     string          `json:"name"`
+		Disabled bool            `json:"disabled"`
+		Free     tollgate.Amount `json:"free"`
+	}
+	if status, body := call("POST", "/admin/v1/accounts", `{"name":"acme"}`, &acct); status != 201 || acct.Name != "acme" || !strings.HasPrefix(acct.ID, "acct_") {
+		t.Fatalf("create account: %d %s", status, body)
+	}
+	if status, body := call("POST", "/admin/v1/accounts/"+acct.ID+"/credit", `{"amount":"2"}`, nil); status != 200 {
+		t.Fatalf("credit: %d %s", status, body)
+	}
+	var accts struct {
+		Data []struct {
+			ID   string          `json:"id"`
+			Free tollgate.Amount `json:"free"`
+		} `json:"data"`
+	}
+	if status, body := call("GET", "/admin/v1/accounts", "", &accts); status != 200 || len(accts.Data) != 2 || accts.Data[1].ID != acct.ID || accts.Data[1].Free != tollgate.Dollars(2) {
+		t.Errorf("list accounts: %d %s", status, body)
+	}
+
+	for _, bad := range []struct{ body, param string }{
+		{`{"name":"x"}`, "account_id"},
+		{`{"account_id":"` + acct.ID + `","models":["gpt-imaginary"]}`, "models"},
+		{`{"account_id":"` + acct.ID + `","expires":"yesterday"}`, "expires"},
+		{`{"account_id":"` + acct.ID + `","spend_limit":"-1"}`, "spend_limit"},
+		{`{"account_id":"` + acct.ID + `","colour":"red"}`, ""},
+	} {
+		status, body := call("POST", "/admin/v1/keys", bad.body, nil)
+		if status != 400 || !strings.Contains(string(body), `"param":"`+bad.param+`"`) && bad.param != "" {
+			t.Errorf("key %s: %d %s, want 400 naming %q", bad.body, status, body, bad.param)
+		}
+	}
+	if status, _ := call("POST", "/admin/v1/keys", `{"account_id":"acct_nope"}`, nil); status != 404 {
+		t.Errorf("key for an unknown account: %d", status)
+	}
+	var created struct {
+		Key struct {
+			ID            string    `json:"id"`
+			Prefix        string    `json:"prefix"`
+			AllowedModels []string  `json:"allowed_models"`
+			Expires       time.Time `json:"expires"`
+			RPM           int64     `json:"rpm"`
+		} `json:"key"`
+		Secret string `json:"secret"`
+	}
+	status, body := call("POST", "/admin/v1/keys", `{"account_id":"`+acct.ID+`","name":"ci","models":["bill-flat"],"expires":"30d","rpm":100}`, &created)
+	if status != 201 || !tollgate.LooksLikeKey(created.Secret) || created.Key.Prefix != tollgate.DisplayPrefix(created.Secret) ||
+		len(created.Key.AllowedModels) != 1 || created.Key.RPM != 100 || time.Until(created.Key.Expires) < 29*24*time.Hour {
+		t.Fatalf("create key: %d %s", status, body)
+	}
+	if status, body := call("GET", "/admin/v1/keys?account="+acct.ID, "", nil); status != 200 || !strings.Contains(string(body), created.Key.ID) ||
+		strings.Contains(string(body), created.Secret) {
+		t.Errorf("list keys: %d %s", status, body)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + created.Secret}
+	// The API answers the new key; after each change, within the auth cache's poll.
+	expect := func(what string, want int, code string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			status, _, body := h.post("/v1/chat/completions", flatBody, auth)
+			if status == want && strings.Contains(string(body), code) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d %s, want %d %s", what, status, body, want, code)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	expect("the new key", 200, "")
+	if status, body := call("POST", "/admin/v1/accounts/"+acct.ID+"/disable", "", &acct); status != 200 || !acct.Disabled {
+		t.Fatalf("disable: %d %s", status, body)
+	}
+	expect("the disabled account's key", 403, "account_disabled")
+	if status, body := call("POST", "/admin/v1/accounts/"+acct.ID+"/enable", "", &acct); status != 200 || acct.Disabled {
+		t.Fatalf("enable: %d %s", status, body)
+	}
+	expect("the enabled account's key", 200, "")
+	var revoked struct {
+		Revoked time.Time `json:"revoked"`
+	}
+	if status, body := call("POST", "/admin/v1/keys/"+created.Key.ID+"/revoke", "", &revoked); status != 200 || revoked.Revoked.IsZero() {
+		t.Fatalf("revoke: %d %s", status, body)
+	}
+	expect("the revoked key", 401, "api_key_revoked")
+	if status, _ := call("POST", "/admin/v1/keys/key_nope/revoke", "", nil); status != 404 {
+		t.Errorf("revoke an unknown key: %d", status)
+	}
+	if status, _ := call("POST", "/admin/v1/accounts/acct_nope/disable", "", nil); status != 404 {
+		t.Errorf("disable an unknown account: %d", status)
+	}
+}
+
 // AccountViewJSON reads admin.AccountView.
 type AccountViewJSON struct {
 	Balance tollgate.Amount `json:"balance"`
