@@ -228,6 +228,9 @@ type Biller struct {
 	// applies them again (at every sweep, and at Close).
 	failedMu sync.Mutex
 	failed   []failedOp
+	// recoverFails counts failed recoveries of dead instances' journals
+	// by path (under failedMu).
+	recoverFails map[string]int
 }
 
 // failedOp is a journaled settle (mem nil) or charge whose commit failed.
@@ -345,7 +348,8 @@ func (b *Biller) Close() {
 
 // Wait returns once every settle handed over so far is committed (or
 // failed), and the unused part of every reservation is given back: the
-// books then show only the holds of requests in flight.
+// books then show only the holds of requests in flight (and of journaled
+// charges whose commit failed, kept for RetryJournaled).
 func (b *Biller) Wait() {
 	b.async.Wait()
 	b.ReturnReservations(context.Background(), 0)
@@ -980,8 +984,12 @@ func (b *Biller) Run(ctx context.Context) error {
 	// must not keep every expired hold reserved for ever.
 	failures := 0
 	sweepAfterRecovery := func() {
-		b.RetryJournaled(ctx)
-		if _, err := b.RecoverJournals(ctx); err != nil && ctx.Err() == nil {
+		// Bounded: a database that refuses must not keep this loop (its
+		// sweeps and the return of idle reservations) for long.
+		jctx, cancel := context.WithTimeout(ctx, journalPass)
+		defer cancel()
+		b.RetryJournaled(jctx)
+		if _, err := b.RecoverJournals(jctx); err != nil && ctx.Err() == nil {
 			failures++
 			b.log.Error("apply dead instances' charge journals", "err", err, "sweep_skipped", failures <= maxRecoverSkips)
 			if failures <= maxRecoverSkips {
@@ -1008,6 +1016,9 @@ func (b *Biller) Run(ctx context.Context) error {
 // maxRecoverSkips: how many sweeps in a row Run skips while dead
 // instances' journals cannot be applied (10 × the 30 s default: 5 minutes).
 const maxRecoverSkips = 10
+
+// journalPass bounds one pass of RetryJournaled and RecoverJournals in Run.
+const journalPass = 30 * time.Second
 
 // RenewOnce extends the leases of this instance's holds by one Lease.
 func (b *Biller) RenewOnce(ctx context.Context) error {

@@ -136,6 +136,17 @@ func (j *journal) done(i int) {
 	j.busy[i].Store(false)
 }
 
+// sync writes the journal's dirty pages to disk (fsync of the file, which
+// covers the stores made through the mapping).
+func (j *journal) sync() error {
+	j.writers.Add(1)
+	defer j.writers.Add(-1)
+	if j.closed.Load() {
+		return nil
+	}
+	return j.file.Sync()
+}
+
 // pending counts the slots in use.
 func (j *journal) pending() int {
 	n := 0
@@ -361,10 +372,44 @@ func (b *Biller) RecoverJournals(ctx context.Context) (int, error) {
 			total += n
 			if err != nil {
 				errs = append(errs, err)
+				b.journalFailed(path)
 			}
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// maxJournalFailures: after this many failed recoveries in a row, a journal
+// is renamed *.journal-failed (kept for the operator, no longer applied):
+// a record the database will never take must not hold up the sweep of
+// expired holds at every start.
+const maxJournalFailures = 10
+
+const journalFailedExt = ".journal-failed"
+
+// journalFailed counts a failed recovery of the journal at path and sets it
+// aside after maxJournalFailures.
+func (b *Biller) journalFailed(path string) {
+	b.failedMu.Lock()
+	if b.recoverFails == nil {
+		b.recoverFails = map[string]int{}
+	}
+	b.recoverFails[path]++
+	n := b.recoverFails[path]
+	if n >= maxJournalFailures {
+		delete(b.recoverFails, path)
+	}
+	b.failedMu.Unlock()
+	if n < maxJournalFailures {
+		return
+	}
+	aside := strings.TrimSuffix(path, journalExt) + journalFailedExt
+	if err := os.Rename(path, aside); err != nil {
+		b.log.Error("set aside a charge journal that cannot be applied", "journal", path, "err", err)
+		return
+	}
+	b.log.Error("a dead instance's charge journal could not be applied after repeated tries; it is set aside for the operator and no longer holds up the sweep",
+		"journal", aside, "tries", n)
 }
 
 // recoverJournal applies the records of one journal, if its owner is dead.
@@ -442,6 +487,11 @@ func (b *Biller) keepJournaled(p *pending, m *memHold) {
 	b.failedMu.Lock()
 	b.failed = append(b.failed, failedOp{p: p, mem: m})
 	b.failedMu.Unlock()
+	// It may now wait minutes for the database: put it on disk, so that
+	// a power loss does not take it either.
+	if err := b.jnl.sync(); err != nil {
+		b.log.Error("sync the charge journal", "journal", b.jnl.path, "err", err)
+	}
 }
 
 // RetryJournaled applies again the journaled operations whose batch failed,
@@ -453,16 +503,22 @@ func (b *Biller) RetryJournaled(ctx context.Context) int {
 	b.failed = nil
 	b.failedMu.Unlock()
 	var keep []failedOp
-	for _, f := range fs {
+	for i, f := range fs {
 		op := &f.p.op
 		op.Recovered = true
 		if err := b.st.ApplyBilling(ctx, []*tollgate.BillingOp{op}); err != nil {
+			// The database still refuses: the rest waits for the next
+			// pass rather than each wait out a busy timeout now.
 			f.p.err = err
-			keep = append(keep, f)
-			continue
+			keep = append(keep, fs[i:]...)
+			break
 		}
 		f.p.err = nil
 		if f.mem != nil {
+			// Replayed: the batch reported as failed had committed
+			// after all (its answer was lost), so the reservation row
+			// already paid this charge: account for it as written.
+			op.Replayed = false
 			b.finishCharge(f.mem, f.p, nil)
 		} else {
 			b.settleDone(f.p, nil)

@@ -23,6 +23,9 @@ type chargeGate struct {
 	db   *sqlite.DB
 	open chan struct{}
 	fail atomic.Bool
+	// lost: the next batch with a charge commits, and its caller is told
+	// it failed (a connection lost during COMMIT).
+	lost atomic.Bool
 	mu   sync.Mutex
 	seen int // batches with a charge that reached the gate
 }
@@ -37,6 +40,12 @@ func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp
 				return errors.New("the database is unwell")
 			}
 			<-g.open
+			if g.lost.CompareAndSwap(true, false) {
+				if err := g.db.ApplyBilling(ctx, ops); err != nil {
+					return err
+				}
+				return errors.New("connection lost during COMMIT")
+			}
 			break
 		}
 	}
@@ -420,5 +429,94 @@ func TestAWaitedOperationShortensAnAsyncBatchsLinger(t *testing.T) {
 	<-settled
 	if took > 250*time.Millisecond {
 		t.Errorf("a hold that joined a lingering batch of early-answered settles waited %s; BatchWait is 100ms", took)
+	}
+}
+
+// A batch reported as failed that had committed after all: its retry finds
+// the charge in the ledger, and the reservation in memory counts the charge
+// as paid (it was, from the reservation row); the next charges and the
+// give-back of the slice then agree with the database.
+func TestJournalRetryOfACommittedBatch(t *testing.T) {
+	db, g, dir, a, k := journalSetup(t, true, false)
+	b, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, c := holdAndCharge(t, b, a, k)
+	g.lost.Store(true)
+	if _, err := b.Settle(context.Background(), id, c); err != nil {
+		t.Fatal(err)
+	}
+	// The retry (at a sweep), once the failed batch has been answered.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.RetryJournaled(context.Background()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the charge was never kept for a retry")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The slice's unused part goes back: all of it, no more than the row
+	// holds (a give-back counted with the first charge's money still in
+	// it is refused by the row's amount >= 0 check).
+	b.Wait()
+	if bal, _ := db.Balance(context.Background(), a.ID); bal.Held != 0 {
+		t.Errorf("held %s after the give-back; want nothing", bal.Held)
+	}
+	for range 3 {
+		id, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	if names := journalFiles(t, dir); len(names) != 0 {
+		t.Errorf("journal directory after close: %v (a charge could not be committed)", names)
+	}
+	bal, _ := db.Balance(context.Background(), a.ID)
+	if want := tollgate.MustParseAmount("10") - c.Cost - tollgate.MustParseAmount("0.03"); bal.Balance != want || bal.Held != 0 {
+		t.Errorf("balance %+v, want %s and nothing held", bal, want)
+	}
+	mustAuditClean(t, db)
+}
+
+// A dead instance's journal that cannot be applied (here the database
+// refuses every charge) is tried at each recovery, then set aside as
+// *.journal-failed after ten failures, so that it no longer holds up the
+// sweep of expired holds.
+func TestJournalThatCannotBeAppliedIsSetAside(t *testing.T) {
+	_, g, dir, a, k := journalSetup(t, true, true)
+	dead, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, c := holdAndCharge(t, dead, a, k)
+	if _, err := dead.Settle(context.Background(), id, c); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // the charge stays in the journal
+	next, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	for i := range 10 {
+		if _, err := next.RecoverJournals(context.Background()); err == nil {
+			t.Fatalf("recovery %d succeeded against a database that refuses", i+1)
+		}
+	}
+	if _, err := next.RecoverJournals(context.Background()); err != nil {
+		t.Errorf("recovery after the journal was set aside: %v", err)
+	}
+	var failed int
+	for _, n := range journalFiles(t, dir) {
+		if strings.HasSuffix(n, ".journal-failed") {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Errorf("journal directory %v: want one .journal-failed", journalFiles(t, dir))
 	}
 }

@@ -17,8 +17,14 @@ type journalFile = *os.File
 // disk (not sparse: a store into a hole of a full disk would kill the
 // process), locks it, maps it and renames it to path.
 func createMapped(tmp, path string, size int) (*os.File, []byte, error) {
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	// Not truncated before it is locked: another process starting with the
+	// same instance id may hold it, mapped.
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
 		return nil, nil, err
 	}
 	fail := func(err error) (*os.File, []byte, error) {
@@ -26,7 +32,7 @@ func createMapped(tmp, path string, size int) (*os.File, []byte, error) {
 		os.Remove(tmp)
 		return nil, nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := f.Truncate(0); err != nil {
 		return fail(err)
 	}
 	if err := allocate(f, size); err != nil {
