@@ -527,7 +527,11 @@ func (b *Biller) worker() {
 			deadline := b.lingerUntil(batch, start)
 			timer.Reset(max(min(lingerGap(b.opts.BatchWait), time.Until(deadline)), 0))
 		wait:
-			for len(batch) < limit && b.open.Load() > 0 {
+			// It stops when no request is in flight (nothing more can come
+			// soon), unless nobody waits for the batch: a lone client's
+			// charges answered from the journal then share commits too,
+			// instead of each making one beside the client's next request.
+			for len(batch) < limit && (b.open.Load() > 0 || allAsync(batch)) {
 				select {
 				case <-b.wake:
 					n := len(batch)

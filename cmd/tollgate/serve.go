@@ -257,7 +257,12 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if err := m.Open(ctx); err != nil {
 		return err
 	}
-	log.Info("tollgate serving", "api", m.Addr("api"), "public", m.Addr("public"), "admin", m.Addr("admin"), "models", len(cfg.Models))
+	journal := cfg.Billing.JournalDir
+	if journal == "" || cfg.Billing.Disabled {
+		journal = "off"
+	}
+	log.Info("tollgate serving", "api", m.Addr("api"), "public", m.Addr("public"), "admin", m.Addr("admin"), "models", len(cfg.Models),
+		"store", describeStore(cfg.Store), "charge_journal", journal)
 	return m.waitAndClose(ctx, *configPath)
 }
 
