@@ -21,6 +21,7 @@
 # Needs wrk (apt-get install wrk). Ports 19101 (simulator) and 1811x (tollgate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib-bench.sh
 CONNS=${CONNS:-128}
 DURATION=${DURATION:-3s}
 ROUNDS=${ROUNDS:-6}
@@ -72,32 +73,9 @@ for mode in $MODES; do
       store="  postgres_url_env: TG_WRK_PG" ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac
-  cat >"$dir/tollgate.yaml" <<YAML
-listen:
-  api: 127.0.0.1:$port
-store:
-$store
-health:
-  interval: "off"
-$extra
-models:
-  - id: bench
-    kind: chat
-    context_length: 1048576
-    max_output_tokens: 4096
-    backends:
-      - class: network
-        upstream_model: bench-up
-        rates: {input: "0.1", output: "0.4"}
-        nodes:
-          - {name: sim, url: "http://127.0.0.1:19101/v1", flavour: vllm}
-YAML
-  "$work/tollgate" migrate --config "$dir/tollgate.yaml" >/dev/null
-  acct=$("$work/tollgate" accounts create --config "$dir/tollgate.yaml" --name bench --json | sed -n 's/.*"id": *"\([^"]*\)".*/\1/p' | head -1)
-  "$work/tollgate" accounts credit "$acct" 1000000 --config "$dir/tollgate.yaml" >/dev/null
-  key=$("$work/tollgate" keys create --config "$dir/tollgate.yaml" --account "$acct" --name bench)
-  "$work/tollgate" serve --config "$dir/tollgate.yaml" --log-level error >"$dir/serve.log" 2>&1 &
-  pids+=($!)
+  start_tollgate "$work/tollgate" "$dir" "$port" "$store" "$extra" http://127.0.0.1:19101
+  pids+=("$TOLLGATE_PID")
+  key=$TOLLGATE_KEY
   cat >"$dir/req.lua" <<LUA
 wrk.method = "POST"
 wrk.path = "/v1/chat/completions"
@@ -106,7 +84,6 @@ wrk.headers["Authorization"] = "Bearer $key"
 wrk.body = '{"model":"bench","max_tokens":64,"stream":$stream,"messages":[{"role":"user","content":"Benchmark me. [sim tokens=16]"}]}'
 LUA
   url[$mode]="http://127.0.0.1:$port"
-  for _ in $(seq 1 100); do curl -s -o /dev/null "${url[$mode]}/v1/models" && break; sleep 0.1; done
 done
 
 # wrk prints non-2xx responses and socket errors; a slice with either is a failure.

@@ -10,6 +10,7 @@
 # Needs wrk (apt-get install wrk). Uses ports 19001 (simulator) and 18080 (tollgate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib-bench.sh
 CONNS=${CONNS:-"1 4 64"}
 DURATION=${DURATION:-10s}
 BILLING=${BILLING:-on}
@@ -20,32 +21,8 @@ go build -o "$work/tollgate" ./cmd/tollgate
 "$work/tollgate" simulate --flavour vllm --listen 127.0.0.1:19001 --model bench-up --no-record --context 1048576 >"$work/sim.log" 2>&1 &
 billing=""
 [ "$BILLING" = off ] && billing=$'billing:\n  disabled: true\n'
-cat >"$work/tollgate.yaml" <<YAML
-listen:
-  api: 127.0.0.1:18080
-store:
-  sqlite: tollgate.db
-health:
-  interval: "off"
-${billing}models:
-  - id: bench
-    kind: chat
-    context_length: 1048576
-    max_output_tokens: 4096
-    backends:
-      - class: network
-        upstream_model: bench-up
-        capabilities: [tools, reasoning]
-        rates: {input: "0.1", output: "0.4"}
-        nodes:
-          - {name: sim, url: "http://127.0.0.1:19001/v1", flavour: vllm}
-YAML
-"$work/tollgate" migrate --config "$work/tollgate.yaml" >/dev/null
-acct=$("$work/tollgate" accounts create --config "$work/tollgate.yaml" --name bench --json | sed -n 's/.*"id": *"\([^"]*\)".*/\1/p' | head -1)
-"$work/tollgate" accounts credit "$acct" 1000000 --config "$work/tollgate.yaml" >/dev/null
-key=$("$work/tollgate" keys create --config "$work/tollgate.yaml" --account "$acct" --name bench)
-"$work/tollgate" serve --config "$work/tollgate.yaml" --log-level error >"$work/serve.log" 2>&1 &
-for _ in $(seq 1 50); do curl -s -o /dev/null http://127.0.0.1:18080/v1/models && break; sleep 0.1; done
+start_tollgate "$work/tollgate" "$work" 18080 "  sqlite: $work/tollgate.db" "$billing" http://127.0.0.1:19001
+key=$TOLLGATE_KEY
 
 body='{"model":"MODEL","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Write one short sentence about gateways."}],"temperature":0.7}'
 script() { # $1 model, $2 key (may be empty)
