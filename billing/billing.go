@@ -221,22 +221,20 @@ type Biller struct {
 	resvMu sync.Mutex
 	resvs  map[resvKey]*resv
 
+	// onAnswered is answered as a pending's then, made once: a closure
+	// per early-answered settle would be an allocation per request.
+	onAnswered func(p *pending)
+
 	jnl                         *journal // nil: no journal
 	journaled, journalRecovered atomic.Int64
 	// failed holds journaled operations whose batch failed: their records
 	// stay in the journal, their money stays held, and RetryJournaled
 	// applies them again (at every sweep, and at Close).
 	failedMu sync.Mutex
-	failed   []failedOp
+	failed   []*pending
 	// recoverFails counts failed recoveries of dead instances' journals
 	// by path (under failedMu).
 	recoverFails map[string]int
-}
-
-// failedOp is a journaled settle (mem nil) or charge whose commit failed.
-type failedOp struct {
-	p   *pending
-	mem *memHold
 }
 
 var _ tollgate.Biller = (*Biller)(nil)
@@ -268,9 +266,9 @@ type pending struct {
 	// reservation's give-back is background but may hold up a request's
 	// hold): only batches of these wait for company on their own.
 	async bool
-	// mem, for a charge of a hold placed in memory that its caller waits
-	// for: answer accounts for it in the reservation before it wakes the
-	// caller. The goroutine that answers a batch then takes each
+	// mem, for a charge of a hold placed in memory: answer accounts for it
+	// in the reservation before it wakes the caller (or, for one answered
+	// early, answered does). The goroutine that answers a batch then takes each
 	// reservation's lock in turn, uncontended; woken together, the batch's
 	// callers queued on that lock, each parked until the one before it
 	// had been scheduled (BenchmarkBilling's mutex profile).
@@ -302,6 +300,7 @@ func Open(st Store, o Options) (*Biller, error) {
 	if o.Journal != "" {
 		b.jnl, jerr = openJournal(o.Journal, o.Instance)
 	}
+	b.onAnswered = b.answered
 	b.live.init()
 	if _, ok := st.(Committer); ok && o.Workers == 1 && !o.NoPipeline {
 		b.acks = make(chan ackJob, 64)
@@ -507,11 +506,11 @@ func (b *Biller) worker() {
 			}
 			continue
 		}
-		// A batch of background operations only (async settles) waits too:
-		// nobody waits for it, and without company each would be a commit
-		// of its own. It stops waiting like any batch once no request is
-		// in flight, and as soon as an operation joins that a request
-		// waits for and that would not wait on its own (a lone client's).
+		// A batch of background operations only (charges answered early)
+		// waits too, up to asyncLinger × BatchWait: nobody waits for it,
+		// and without company each would be a commit of its own. It stops
+		// as soon as an operation joins that a request waits for and that
+		// would not wait on its own (a lone client's).
 		lingers := func() bool {
 			fg, gap := foreground(batch)
 			if fg == 0 {
@@ -862,7 +861,7 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		// The hold covers the cost, so the charge is the cost whatever else
 		// happens on the account (balance − held ≥ 0 always): it is known
 		// now and written with the next batch.
-		b.runAsync(p, b.settleAnswered)
+		b.runAsync(p, b.onAnswered)
 		return c.Cost, nil
 	}
 	return b.settleDone(p, b.run(p))
@@ -887,19 +886,31 @@ func (b *Biller) early(p *pending) bool {
 	return true
 }
 
-// settleAnswered finishes a settle answered before its commit, once its
-// batch is durable or failed.
-func (b *Biller) settleAnswered(p *pending) {
+// answered finishes a settle answered before its commit (p.mem nil: a
+// hold row; else a hold placed in memory against a reservation), once its
+// batch is durable or failed. A journaled one that failed is kept for
+// RetryJournaled, its money still held (in its hold row, or as pending in
+// its reservation); its record stays in the journal.
+func (b *Biller) answered(p *pending) {
 	if p.err != nil && p.slot > 0 {
-		b.keepJournaled(p, nil)
+		b.keepJournaled(p)
 		return
 	}
-	if _, err := b.settleDone(p, p.err); err != nil {
-		b.log.Error("settle failed; the hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
+	if _, err := b.finish(p); err != nil {
+		b.log.Error("settle failed; its hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
 			"hold", p.op.HoldID, "cost", p.op.Charge.Cost.String(), "err", err)
 		return
 	}
 	b.journalDone(p)
+}
+
+// finish accounts for a written (or failed, p.err) settle and returns what
+// was charged.
+func (b *Biller) finish(p *pending) (tollgate.Amount, error) {
+	if p.mem != nil {
+		return b.finishCharge(p.mem, p, p.err)
+	}
+	return b.settleDone(p, p.err)
 }
 
 // journalDone clears p's journal record: its charge is durable in the

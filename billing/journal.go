@@ -481,11 +481,11 @@ func (b *Biller) recovered(op *tollgate.BillingOp) {
 // RetryJournaled. Its record stays in the journal (so a crash before the
 // retry loses nothing) and its money stays held: in its hold row, or as
 // pending in its reservation.
-func (b *Biller) keepJournaled(p *pending, m *memHold) {
+func (b *Biller) keepJournaled(p *pending) {
 	b.log.Error("a charge already answered could not be committed; it is retried at every sweep, and applied from the journal if this process ends first",
 		"request_id", p.op.Charge.RequestID, "hold", p.op.HoldID, "cost", p.op.Charge.Cost.String(), "err", p.err)
 	b.failedMu.Lock()
-	b.failed = append(b.failed, failedOp{p: p, mem: m})
+	b.failed = append(b.failed, p)
 	b.failedMu.Unlock()
 	// It may now wait minutes for the database: put it on disk, so that
 	// a power loss does not take it either.
@@ -502,31 +502,29 @@ func (b *Biller) RetryJournaled(ctx context.Context) int {
 	fs := b.failed
 	b.failed = nil
 	b.failedMu.Unlock()
-	var keep []failedOp
-	for i, f := range fs {
-		op := &f.p.op
+	var keep []*pending
+	for i, p := range fs {
+		op := &p.op
 		op.Recovered = true
 		if err := b.st.ApplyBilling(ctx, []*tollgate.BillingOp{op}); err != nil {
 			// The database still refuses: the rest waits for the next
 			// pass rather than each wait out a busy timeout now.
-			f.p.err = err
+			p.err = err
 			keep = append(keep, fs[i:]...)
 			break
 		}
-		f.p.err = nil
-		if f.mem != nil {
+		p.err = nil
+		if p.mem != nil {
 			// Replayed: the batch reported as failed had committed
 			// after all (its answer was lost), so the reservation row
 			// already paid this charge: account for it as written.
 			op.Replayed = false
-			b.finishCharge(f.mem, f.p, nil)
-		} else {
-			b.settleDone(f.p, nil)
 		}
-		b.journalDone(f.p)
+		b.finish(p)
+		b.journalDone(p)
 	}
 	if len(keep) > 0 {
-		b.log.Error("charges already answered still cannot be committed", "charges", len(keep), "err", keep[0].p.err)
+		b.log.Error("charges already answered still cannot be committed", "charges", len(keep), "err", keep[0].err)
 		b.failedMu.Lock()
 		b.failed = append(b.failed, keep...)
 		b.failedMu.Unlock()

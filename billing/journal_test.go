@@ -26,16 +26,11 @@ type chargeGate struct {
 	// lost: the next batch with a charge commits, and its caller is told
 	// it failed (a connection lost during COMMIT).
 	lost atomic.Bool
-	mu   sync.Mutex
-	seen int // batches with a charge that reached the gate
 }
 
 func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	for _, op := range ops {
 		if op.Kind == tollgate.OpCharge || op.Kind == tollgate.OpSettle {
-			g.mu.Lock()
-			g.seen++
-			g.mu.Unlock()
 			if g.fail.Load() {
 				return errors.New("the database is unwell")
 			}

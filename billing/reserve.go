@@ -214,27 +214,13 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	// a closure: this runs once per request.
 	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpCharge, HoldID: holdID, Reservation: r.id, Charge: c, Covered: covered, Return: ret}}
 	if c.Cost <= m.amount && b.early(p) {
-		b.runAsync(p, func(p *pending) { b.chargeAnswered(m, p) })
+		p.mem = m
+		b.runAsync(p, b.onAnswered)
 		return c.Cost, nil
 	}
 	p.mem = m // accounted for by answer, before run returns
 	err := b.run(p)
 	return b.chargeResult(p, err)
-}
-
-// chargeAnswered finishes a charge answered before its commit, once its
-// batch is durable or failed. A journaled charge that failed keeps its
-// money in the reservation (pending) for its retry or its recovery.
-func (b *Biller) chargeAnswered(m *memHold, p *pending) {
-	if p.err != nil && p.slot > 0 {
-		b.keepJournaled(p, m)
-		return
-	}
-	if _, err := b.finishCharge(m, p, p.err); err != nil {
-		b.log.Error("settle failed; the hold stays in flight", "request_id", p.op.Charge.RequestID, "hold", p.op.HoldID, "err", err)
-		return
-	}
-	b.journalDone(p)
 }
 
 // finishCharge accounts for a written (or failed) charge of the in-memory
