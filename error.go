@@ -35,6 +35,7 @@ const (
 	CodeRateLimitExceeded                Code = "rate_limit_exceeded"
 	CodeUpstreamError                    Code = "upstream_error"
 	CodeBackendUnavailable               Code = "backend_unavailable"
+	CodeSearchUnavailable                Code = "search_unavailable" // the web search provider failed or timed out
 	CodeTimeout                          Code = "timeout"
 	CodeInternal                         Code = "internal_error"
 	CodeUnauthorized                     Code = "unauthorized" // admin API: missing or wrong admin token

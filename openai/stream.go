@@ -427,7 +427,8 @@ func ErrorType(c tollgate.Code) string {
 		return "rate_limit_error"
 	case tollgate.CodeInsufficientBalance:
 		return "insufficient_quota"
-	case tollgate.CodeUpstreamError, tollgate.CodeBackendUnavailable, tollgate.CodeTimeout, tollgate.CodeInternal:
+	case tollgate.CodeUpstreamError, tollgate.CodeBackendUnavailable, tollgate.CodeSearchUnavailable,
+		tollgate.CodeTimeout, tollgate.CodeInternal:
 		return "server_error"
 	}
 	return "invalid_request_error"

@@ -38,7 +38,7 @@ func statusOf(c tollgate.Code) int {
 		return http.StatusUnprocessableEntity
 	case tollgate.CodeRateLimitExceeded:
 		return http.StatusTooManyRequests
-	case tollgate.CodeUpstreamError:
+	case tollgate.CodeUpstreamError, tollgate.CodeSearchUnavailable:
 		return http.StatusBadGateway
 	case tollgate.CodeBackendUnavailable:
 		return http.StatusServiceUnavailable
