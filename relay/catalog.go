@@ -138,10 +138,12 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 		for i := range mc.Backends {
 			bc := &mc.Backends[i]
 			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices}
-			// Web search is served by tollgate itself; a backend can take part
-			// only if it can call tools. Whether a search provider is
-			// configured is decided by the relay (see Relay.webSearch).
-			if !b.Caps.Has(tollgate.CapTools) {
+			// Web search is served by tollgate itself: with a search
+			// provider configured, every backend that can call tools can
+			// take part (the model calls tollgate's search function).
+			if cfg.Search.Enabled() && b.Caps.Has(tollgate.CapTools) {
+				b.Caps |= tollgate.NewCapabilities(tollgate.CapWebSearch)
+			} else {
 				b.Caps &^= tollgate.NewCapabilities(tollgate.CapWebSearch)
 			}
 			for _, nc := range bc.Nodes {
