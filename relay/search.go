@@ -440,6 +440,11 @@ func (sr *searchRequest) runSearches(ctx context.Context, t *turn) error {
 			results, first := sr.number(o.results)
 			text = search.FormatResults(o.query, results, first)
 		}
+		if i == len(outs)-1 && sr.attempts >= sr.max && text != search.LimitReachedMessage {
+			// The last search allowed: the model is told, and the next call
+			// no longer offers the function.
+			text += "\n\n" + search.LimitReachedMessage
+		}
 		sr.appendMessage(struct {
 			Role       string `json:"role"`
 			ToolCallID string `json:"tool_call_id"`
