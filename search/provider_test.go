@@ -189,7 +189,11 @@ func TestProviderFailures(t *testing.T) {
 	for _, provider := range []string{"searxng", "brave"} {
 		for name, h := range handlers {
 			srv := fakeSearXNG(t, h)
-			s, err := New(Config{Provider: provider, URL: srv.URL, APIKey: "sk-SECRET", Timeout: 200 * time.Millisecond})
+			timeout := 10 * time.Second // the 4 MiB answer takes a while under -race
+			if name == "slow" {
+				timeout = 200 * time.Millisecond
+			}
+			s, err := New(Config{Provider: provider, URL: srv.URL, APIKey: "sk-SECRET", Timeout: timeout})
 			if err != nil {
 				t.Fatal(err)
 			}
