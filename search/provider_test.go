@@ -23,6 +23,8 @@ const searxngAnswerJSON = `{"query": "go release", "number_of_results": 0, "resu
   "parsed_url": ["https", "go.dev", "/doc/devel/release", "", "", ""], "score": 4.5, "category": "general", "publishedDate": null},
  {"url": "https://go.dev/doc/devel/release", "title": "duplicate", "content": "dup", "engine": "google", "score": 1},
  {"url": "", "title": "no url", "content": "dropped"},
+ {"url": "javascript:alert(1)", "title": "not http", "content": "dropped"},
+ {"url": "http://go.dev/doc/devel/release/#top", "title": "the same page", "content": "dropped"},
  {"url": "https://ja.example.org/go", "title": "", "content": "日本語の説明文です。", "engine": "bing", "score": 0.5},
  {"url": "https://c.example/", "title": "C", "content": "c"},
  {"url": "https://d.example/", "title": "D", "content": "d"},
