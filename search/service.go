@@ -133,7 +133,7 @@ func (s *Service) SupportsLocation() bool { return s.location }
 // when ctx ends first; *tollgate.Error with CodeSearchUnavailable when the
 // provider fails or times out; CodeInvalidRequest for an empty query.
 func (s *Service) Search(ctx context.Context, q Query) ([]Result, error) {
-	q.Text = cutText(strings.Join(strings.Fields(q.Text), " "), MaxQueryChars)
+	q.Text = firstRunes(strings.Join(strings.Fields(q.Text), " "), MaxQueryChars)
 	if q.Text == "" {
 		return nil, tollgate.Errorf(tollgate.CodeInvalidRequest, "a web search needs a query")
 	}
