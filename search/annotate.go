@@ -337,24 +337,24 @@ func parseRefs(s string, i int) (end int, nums []int, ok bool) {
 	}
 }
 
-// indexURL finds the next "http://" or "https://" (any case).
+// indexURL finds the next "http://" or "https://" (any case) that does
+// not continue a word ("xhttp://"). It looks for "://", which is rare in
+// prose, rather than for every 'h'.
 func indexURL(s string) int {
-	off := 0
-	for {
-		j := strings.IndexAny(s[off:], "hH")
+	for off := 0; ; {
+		j := strings.Index(s[off:], "://")
 		if j < 0 {
 			return -1
 		}
 		k := off + j
-		rest := s[k:]
-		if hasPrefixFold(rest, "http://") || hasPrefixFold(rest, "https://") {
-			// Not the tail of a word ("xhttp://"): a URL starts after a
-			// non-letter.
-			if k == 0 || !isASCIILetter(s[k-1]) && !(s[k-1] >= '0' && s[k-1] <= '9') {
-				return k
+		for _, scheme := range [...]string{"https", "http"} {
+			st := k - len(scheme)
+			if st >= 0 && strings.EqualFold(s[st:k], scheme) &&
+				(st == 0 || !isASCIILetter(s[st-1]) && !(s[st-1] >= '0' && s[st-1] <= '9')) {
+				return st
 			}
 		}
-		off = k + 1
+		off = k + 3
 	}
 }
 
