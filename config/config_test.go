@@ -174,8 +174,12 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Parse(b, ".", func(string) string { return "x" }); err != nil {
+	c, err := Parse(b, ".", func(string) string { return "x" })
+	if err != nil {
 		t.Fatalf("tollgate.example.yaml: %v", err)
+	}
+	if c.Search.Provider != "searxng" || c.Models[0].SearchPrice != tollgate.MustParseAmount("0.001") || c.Models[1].SearchPrice != 0 {
+		t.Errorf("search %+v, search prices %d %d", c.Search, c.Models[0].SearchPrice, c.Models[1].SearchPrice)
 	}
 }
 

@@ -89,14 +89,24 @@ func Annotate(content string, sources []Source) []Annotation {
 	}
 	var found []span
 	var links [][2]int // every markdown link's bytes, cited or not
+	code := codeSpans(content)
 
 	// Markdown links and numbered references, left to right.
+	ci := 0
 	for i := 0; i < len(content); {
 		j := strings.IndexByte(content[i:], '[')
 		if j < 0 {
 			break
 		}
 		i += j
+		// Code is not prose: `xs[1]` is an index, not a citation.
+		for ci < len(code) && code[ci][1] <= i {
+			ci++
+		}
+		if ci < len(code) && code[ci][0] <= i {
+			i = code[ci][1]
+			continue
+		}
 		if end, us, ue, ok := parseLink(content, i); ok {
 			links = append(links, [2]int{i, end})
 			if s := byURL[normURL(content[us:ue])]; s != nil {
@@ -151,6 +161,76 @@ func Annotate(content string, sources []Source) []Annotation {
 		out[k] = Annotation{URL: f.src.URL, Title: f.src.Title, Start: idx, End: idx + utf8.RuneCountInString(content[f.start:f.end])}
 	}
 	return out
+}
+
+// codeSpans returns the byte spans of markdown code, in order: fenced
+// blocks (a line starting with ``` or ~~~ up to the same fence, or the
+// end) and inline code (a run of backticks up to the same run on the
+// same line).
+func codeSpans(s string) [][2]int {
+	if strings.IndexAny(s, "`~") < 0 {
+		return nil
+	}
+	var spans [][2]int
+	lineStart := true
+	for i := 0; i < len(s); {
+		c := s[i]
+		if lineStart {
+			k := skipSpaces(s, i)
+			if k+3 <= len(s) && (s[k:k+3] == "```" || s[k:k+3] == "~~~") {
+				fence := s[k : k+3]
+				end := len(s)
+				if e := strings.Index(s[k+3:], "\n"+fence); e >= 0 {
+					end = k + 3 + e + 1 + len(fence)
+				}
+				spans = append(spans, [2]int{i, end})
+				i = end
+				lineStart = false
+				continue
+			}
+		}
+		lineStart = c == '\n'
+		if c != '`' {
+			i++
+			continue
+		}
+		n := 1
+		for i+n < len(s) && s[i+n] == '`' {
+			n++
+		}
+		lineEnd := strings.IndexByte(s[i+n:], '\n')
+		if lineEnd < 0 {
+			lineEnd = len(s) - i - n
+		}
+		if e := closingRun(s[i+n:i+n+lineEnd], n); e >= 0 {
+			end := i + n + e + n
+			spans = append(spans, [2]int{i, end})
+			i = end
+			continue
+		}
+		i += n
+	}
+	return spans
+}
+
+// closingRun finds a run of exactly n backticks in line.
+func closingRun(line string, n int) int {
+	for off := 0; off < len(line); {
+		j := strings.IndexByte(line[off:], '`')
+		if j < 0 {
+			return -1
+		}
+		k := off + j
+		m := 1
+		for k+m < len(line) && line[k+m] == '`' {
+			m++
+		}
+		if m == n {
+			return k
+		}
+		off = k + m
+	}
+	return -1
 }
 
 // parseLink parses a markdown link [text](url) or [text](url "title") or
@@ -257,24 +337,24 @@ func parseRefs(s string, i int) (end int, nums []int, ok bool) {
 	}
 }
 
-// indexURL finds the next "http://" or "https://" (any case).
+// indexURL finds the next "http://" or "https://" (any case) that does
+// not continue a word ("xhttp://"). It looks for "://", which is rare in
+// prose, rather than for every 'h'.
 func indexURL(s string) int {
-	off := 0
-	for {
-		j := strings.IndexAny(s[off:], "hH")
+	for off := 0; ; {
+		j := strings.Index(s[off:], "://")
 		if j < 0 {
 			return -1
 		}
 		k := off + j
-		rest := s[k:]
-		if hasPrefixFold(rest, "http://") || hasPrefixFold(rest, "https://") {
-			// Not the tail of a word ("xhttp://"): a URL starts after a
-			// non-letter.
-			if k == 0 || !isASCIILetter(s[k-1]) && !(s[k-1] >= '0' && s[k-1] <= '9') {
-				return k
+		for _, scheme := range [...]string{"https", "http"} {
+			st := k - len(scheme)
+			if st >= 0 && strings.EqualFold(s[st:k], scheme) &&
+				(st == 0 || !isASCIILetter(s[st-1]) && !(s[st-1] >= '0' && s[st-1] <= '9')) {
+				return st
 			}
 		}
-		off = k + 1
+		off = k + 3
 	}
 }
 

@@ -115,6 +115,24 @@ func TestAnnotateNoDoubleCount(t *testing.T) {
 	})
 }
 
+// Code is not prose: an index such as xs[1] in code is not a citation.
+func TestAnnotateSkipsCode(t *testing.T) {
+	c := "Use `xs[1]` here [2].\n```go\nys := xs[1]\nzs := [3]int{}\n```\nSee [1], and\n~~~\n[4]\n~~~\nend"
+	check(t, c, Annotate(c, testSources), []wantAnn{
+		{testSources[1].URL, "[2]"},
+		{testSources[0].URL, "[1]"},
+	})
+	c = "Cost ``a ` b`` [1], then ``x[3]`` and [4], a lone ` tick [2]"
+	check(t, c, Annotate(c, testSources), []wantAnn{
+		{testSources[0].URL, "[1]"},
+		{testSources[3].URL, "[4]"},
+		{testSources[1].URL, "[2]"},
+	})
+	if spans := codeSpans("```\nnever closed [1]"); len(spans) != 1 || spans[0] != [2]int{0, 20} {
+		t.Errorf("unclosed fence: %v", spans)
+	}
+}
+
 // Emoji (astral, two UTF-16 units) and combining text before a citation:
 // the indices differ between code points and UTF-16, both are right.
 func TestAnnotateIndicesAfterEmoji(t *testing.T) {
@@ -159,7 +177,7 @@ func FuzzAnnotate(f *testing.F) {
 	for _, s := range []string{
 		"see [1] and [2, 3]", "[x](https://go.dev/doc/devel/release)", "😀 https://example.com/a/.",
 		"[[[[[[", "[1](", "](https://x)", "[a](<https://example.com/a>", "(https://en.wikipedia.org/wiki/Go_(programming_language))",
-		"\xff\xfe[1]", "[4][1][2 ,3]", "日本語：https://例え.jp/ページ?x=1。",
+		"\xff\xfe[1]", "[4][1][2 ,3]", "`a[1]` [2]\n```\n[3]\n```\n[4]", "日本語：https://例え.jp/ページ?x=1。",
 	} {
 		f.Add(s)
 	}
@@ -209,6 +227,7 @@ func TestAnnotateLinearTime(t *testing.T) {
 	for _, s := range []string{
 		strings.Repeat("[", 200_000), strings.Repeat("[a](", 50_000), strings.Repeat("https://", 25_000),
 		strings.Repeat("[1,", 70_000), strings.Repeat("(https://example.com/a)", 10_000), strings.Repeat("hhhh", 50_000),
+		strings.Repeat("`", 200_000), strings.Repeat("` [1]", 40_000), strings.Repeat("``` [1]\n", 25_000), strings.Repeat("``x` [1]", 25_000),
 	} {
 		start := time.Now()
 		Annotate(s, testSources)

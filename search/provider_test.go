@@ -23,6 +23,8 @@ const searxngAnswerJSON = `{"query": "go release", "number_of_results": 0, "resu
   "parsed_url": ["https", "go.dev", "/doc/devel/release", "", "", ""], "score": 4.5, "category": "general", "publishedDate": null},
  {"url": "https://go.dev/doc/devel/release", "title": "duplicate", "content": "dup", "engine": "google", "score": 1},
  {"url": "", "title": "no url", "content": "dropped"},
+ {"url": "javascript:alert(1)", "title": "not http", "content": "dropped"},
+ {"url": "http://go.dev/doc/devel/release/#top", "title": "the same page", "content": "dropped"},
  {"url": "https://ja.example.org/go", "title": "", "content": "日本語の説明文です。", "engine": "bing", "score": 0.5},
  {"url": "https://c.example/", "title": "C", "content": "c"},
  {"url": "https://d.example/", "title": "D", "content": "d"},
@@ -189,7 +191,11 @@ func TestProviderFailures(t *testing.T) {
 	for _, provider := range []string{"searxng", "brave"} {
 		for name, h := range handlers {
 			srv := fakeSearXNG(t, h)
-			s, err := New(Config{Provider: provider, URL: srv.URL, APIKey: "sk-SECRET", Timeout: 200 * time.Millisecond})
+			timeout := 10 * time.Second // the 4 MiB answer takes a while under -race
+			if name == "slow" {
+				timeout = 200 * time.Millisecond
+			}
+			s, err := New(Config{Provider: provider, URL: srv.URL, APIKey: "sk-SECRET", Timeout: timeout})
 			if err != nil {
 				t.Fatal(err)
 			}

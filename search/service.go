@@ -133,7 +133,7 @@ func (s *Service) SupportsLocation() bool { return s.location }
 // when ctx ends first; *tollgate.Error with CodeSearchUnavailable when the
 // provider fails or times out; CodeInvalidRequest for an empty query.
 func (s *Service) Search(ctx context.Context, q Query) ([]Result, error) {
-	q.Text = cutText(strings.Join(strings.Fields(q.Text), " "), MaxQueryChars)
+	q.Text = firstRunes(strings.Join(strings.Fields(q.Text), " "), MaxQueryChars)
 	if q.Text == "" {
 		return nil, tollgate.Errorf(tollgate.CodeInvalidRequest, "a web search needs a query")
 	}
@@ -231,8 +231,9 @@ func (s *Service) failure(ctx context.Context, err error) error {
 	return &tollgate.Error{Code: tollgate.CodeSearchUnavailable, Message: msg, Err: fmt.Errorf("%s: %w", name, err)}
 }
 
-// trim cleans the provider's results: empty URLs dropped, duplicates
-// (same URL) dropped, at most n kept, titles and texts cleaned and cut to
+// trim cleans the provider's results: results without an http(s) URL
+// dropped (a javascript: link must not become a citation), duplicates
+// (the same URL up to scheme, host case, trailing slash, fragment) dropped, at most n kept, titles and texts cleaned and cut to
 // chars code points (a title to 200), a missing title replaced by the URL.
 func trim(raw []Result, n, chars int) []Result {
 	out := make([]Result, 0, min(len(raw), n))
@@ -242,10 +243,11 @@ func trim(raw []Result, n, chars int) []Result {
 			break
 		}
 		u := strings.TrimSpace(r.URL)
-		if u == "" || seen[u] {
-			continue
+		k := normURL(u)
+		if k == "" || seen[k] {
+			continue // no http(s) URL, or one already listed (up to what Annotate ignores)
 		}
-		seen[u] = true
+		seen[k] = true
 		title := cutText(cleanText(r.Title), maxTitle)
 		if title == "" {
 			title = u

@@ -261,6 +261,31 @@ func TestServiceCancelReachesProvider(t *testing.T) {
 	}
 }
 
+// A long query is cut to MaxQueryChars code points, without an ellipsis
+// (it goes to a search engine, not to a reader).
+func TestServiceCutsLongQueries(t *testing.T) {
+	var got string
+	p := providerFunc(func(ctx context.Context, q Query, limit int) ([]Result, error) {
+		got = q.Text
+		return nil, nil
+	})
+	s := NewWith(p, Config{})
+	res, err := s.Search(context.Background(), Query{Text: strings.Repeat("ö", MaxQueryChars+10)})
+	if err != nil || len(res) != 0 {
+		t.Fatalf("%v, %v", res, err)
+	}
+	if got != strings.Repeat("ö", MaxQueryChars) {
+		t.Errorf("query of %d code points sent: %.20q...", utf8.RuneCountInString(got), got)
+	}
+}
+
+type providerFunc func(ctx context.Context, q Query, limit int) ([]Result, error)
+
+func (f providerFunc) Name() string { return "func" }
+func (f providerFunc) Search(ctx context.Context, q Query, limit int) ([]Result, error) {
+	return f(ctx, q, limit)
+}
+
 func TestServiceRefusesEmptyQuery(t *testing.T) {
 	s := NewWith(&countingProvider{}, Config{})
 	_, err := s.Search(context.Background(), Query{Text: " \n "})

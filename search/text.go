@@ -89,3 +89,18 @@ func cutText(s string, n int) string {
 	}
 	return s
 }
+
+// firstRunes returns the first n code points of s (all of it if shorter).
+func firstRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	count := 0
+	for i := range s {
+		if count == n {
+			return strings.TrimRight(s[:i], " ")
+		}
+		count++
+	}
+	return s
+}

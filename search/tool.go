@@ -136,7 +136,7 @@ func FormatResults(query string, results []Result, first int) string {
 
 // oneLine collapses line breaks (Service results have none; others may).
 func oneLine(s string) string {
-	if strings.ContainsAny(s, "\r\n") {
+	if strings.IndexByte(s, '\n') >= 0 || strings.IndexByte(s, '\r') >= 0 {
 		return strings.Join(strings.Fields(s), " ")
 	}
 	return s
