@@ -515,7 +515,11 @@ func (s *Search) brave(w http.ResponseWriter, r *http.Request) bool {
 			braveError(http.StatusForbidden, "OPTION_NOT_IN_PLAN", "The option is not subscribed in the plan.", `{"component":"subscriptions"}`))
 	}
 	extra := qv.Get("extra_snippets")
-	body := braveJSON(q, searchResults(q, offset*count, count), r.Header, extra == "true" || extra == "1")
+	country := strings.ToLower(qv.Get("country"))
+	if country == "" {
+		country = "us"
+	}
+	body := braveJSON(q, country, searchResults(q, offset*count, count), r.Header, extra == "true" || extra == "1")
 	if fault == SearchFaultGarbage {
 		body = body[:len(body)/2]
 	}
@@ -542,11 +546,13 @@ func braveError(status int, code, detail, meta string) []byte {
 	return append(b, '}')
 }
 
-func braveJSON(q string, rs []searchResult, h http.Header, extra bool) []byte {
+func braveJSON(q, country string, rs []searchResult, h http.Header, extra bool) []byte {
 	b := make([]byte, 0, 1024+len(rs)*900)
 	b = append(b, `{"query":{"original":`...)
 	b = appendJSONString(b, q)
-	b = append(b, `,"show_strict_warning":false,"is_navigational":false,"is_news_breaking":false,"spellcheck_off":true,"country":"us","bad_results":false,"should_fallback":false,"postal_code":"","city":`...)
+	b = append(b, `,"show_strict_warning":false,"is_navigational":false,"is_news_breaking":false,"spellcheck_off":true,"country":`...)
+	b = appendJSONString(b, country)
+	b = append(b, `,"bad_results":false,"should_fallback":false,"postal_code":"","city":`...)
 	b = appendJSONString(b, h.Get("X-Loc-City"))
 	b = append(b, `,"header_country":`...)
 	b = appendJSONString(b, h.Get("X-Loc-Country"))

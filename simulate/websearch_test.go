@@ -456,8 +456,8 @@ func TestWebSearchWithProvider(t *testing.T) {
 		}
 		msgs = append(msgs, toolMsg(c.id, b.String()))
 	}
-	if st := search.Stats(); st.Completed != 2 {
-		t.Fatalf("provider stats %+v", st)
+	if err := search.WaitStats(waitLimit, func(st SearchStats) bool { return st.Completed == 2 }); err != nil {
+		t.Fatal(err)
 	}
 	got = ask(t, ts.URL, chatJSON(t, true, "["+webSearchTool+"]", msgs...), true)
 	cited := 0
