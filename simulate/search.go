@@ -315,17 +315,22 @@ func (s *Search) searxng(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
+	html := format == "html" || format == "csv" || format == "rss"
 	switch fault {
 	case SearchFault500:
-		return writeBody(w, http.StatusInternalServerError, htmlType, []byte(flask500))
+		if html {
+			return writeBody(w, http.StatusInternalServerError, htmlType, []byte(flask500))
+		}
+		// An engine failure caught in webapp.py's search(): index_error.
+		return writeBody(w, http.StatusInternalServerError, "application/json", []byte(`{"error": "search error"}`))
 	case SearchFault403:
 		return writeBody(w, http.StatusForbidden, htmlType, []byte(flask403))
 	}
-	if format == "html" || format == "csv" || format == "rss" {
+	if html {
 		return writeBody(w, http.StatusOK, htmlType, searxngHTML(q))
 	}
 	if q == "" {
-		return writeBody(w, http.StatusBadRequest, "application/json", []byte(`{"error": "search error"}`))
+		return writeBody(w, http.StatusBadRequest, "application/json", []byte(`{"error": "No query"}`))
 	}
 	page := 1
 	if n, err := strconv.Atoi(r.Form.Get("pageno")); err == nil && n > 1 {

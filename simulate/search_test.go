@@ -312,6 +312,13 @@ func TestSearchFaults(t *testing.T) {
 					t.Errorf("simfault=%s: %v %v", c.fault, err, resp)
 				}
 			}
+			if f == SearXNG {
+				_, body, _ := getSearch(context.Background(), run, "q simfault=500", nil, nil)
+				var e struct{ Error string }
+				if json.Unmarshal(body, &e) != nil || e.Error != "search error" {
+					t.Errorf("searxng 500 body %s", body)
+				}
+			}
 			resp, body, err := getSearch(context.Background(), run, "q simfault=garbage", nil, nil)
 			if err != nil || resp.StatusCode != 200 || json.Valid(body) {
 				t.Errorf("garbage: %v %v valid=%v", err, resp, json.Valid(body))
