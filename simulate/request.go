@@ -43,6 +43,7 @@ type chatRequest struct {
 	searchSeen  bool     // a search tool result since the last user message
 	noMore      bool     // a tool result since the last user message says no more searches
 	searchTexts [][]byte // raw text of every tool result of the conversation holding search results
+	searchFrom  int      // searchTexts[searchFrom:] came after the last user message
 }
 
 // flagMember skips the value at vs and sets *flag when it is an object whose
@@ -300,6 +301,7 @@ func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 		case "user":
 			r.lastUser = text
 			r.searchDone, r.searchSeen, r.noMore = 0, false, false
+			r.searchFrom = len(r.searchTexts)
 		case "assistant":
 			if toolCalls != nil && indexBytes(toolCalls, `"`+webSearchName+`"`) >= 0 {
 				r.searchDone++

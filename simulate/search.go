@@ -315,17 +315,22 @@ func (s *Search) searxng(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
+	html := format == "html" || format == "csv" || format == "rss"
 	switch fault {
 	case SearchFault500:
-		return writeBody(w, http.StatusInternalServerError, htmlType, []byte(flask500))
+		if html {
+			return writeBody(w, http.StatusInternalServerError, htmlType, []byte(flask500))
+		}
+		// An engine failure caught in webapp.py's search(): index_error.
+		return writeBody(w, http.StatusInternalServerError, "application/json", []byte(`{"error": "search error"}`))
 	case SearchFault403:
 		return writeBody(w, http.StatusForbidden, htmlType, []byte(flask403))
 	}
-	if format == "html" || format == "csv" || format == "rss" {
+	if html {
 		return writeBody(w, http.StatusOK, htmlType, searxngHTML(q))
 	}
 	if q == "" {
-		return writeBody(w, http.StatusBadRequest, "application/json", []byte(`{"error": "search error"}`))
+		return writeBody(w, http.StatusBadRequest, "application/json", []byte(`{"error": "No query"}`))
 	}
 	page := 1
 	if n, err := strconv.Atoi(r.Form.Get("pageno")); err == nil && n > 1 {
@@ -515,7 +520,11 @@ func (s *Search) brave(w http.ResponseWriter, r *http.Request) bool {
 			braveError(http.StatusForbidden, "OPTION_NOT_IN_PLAN", "The option is not subscribed in the plan.", `{"component":"subscriptions"}`))
 	}
 	extra := qv.Get("extra_snippets")
-	body := braveJSON(q, searchResults(q, offset*count, count), r.Header, extra == "true" || extra == "1")
+	country := strings.ToLower(qv.Get("country"))
+	if country == "" {
+		country = "us"
+	}
+	body := braveJSON(q, country, searchResults(q, offset*count, count), r.Header, extra == "true" || extra == "1")
 	if fault == SearchFaultGarbage {
 		body = body[:len(body)/2]
 	}
@@ -542,11 +551,13 @@ func braveError(status int, code, detail, meta string) []byte {
 	return append(b, '}')
 }
 
-func braveJSON(q string, rs []searchResult, h http.Header, extra bool) []byte {
+func braveJSON(q, country string, rs []searchResult, h http.Header, extra bool) []byte {
 	b := make([]byte, 0, 1024+len(rs)*900)
 	b = append(b, `{"query":{"original":`...)
 	b = appendJSONString(b, q)
-	b = append(b, `,"show_strict_warning":false,"is_navigational":false,"is_news_breaking":false,"spellcheck_off":true,"country":"us","bad_results":false,"should_fallback":false,"postal_code":"","city":`...)
+	b = append(b, `,"show_strict_warning":false,"is_navigational":false,"is_news_breaking":false,"spellcheck_off":true,"country":`...)
+	b = appendJSONString(b, country)
+	b = append(b, `,"bad_results":false,"should_fallback":false,"postal_code":"","city":`...)
 	b = appendJSONString(b, h.Get("X-Loc-City"))
 	b = append(b, `,"header_country":`...)
 	b = appendJSONString(b, h.Get("X-Loc-Country"))

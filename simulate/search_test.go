@@ -41,6 +41,7 @@ type braveAnswer struct {
 	Query struct {
 		Original string `json:"original"`
 		City     string `json:"city"`
+		Country  string `json:"country"`
 	} `json:"query"`
 	Web *struct {
 		Type    string `json:"type"`
@@ -173,8 +174,11 @@ func TestSearXNGShape(t *testing.T) {
 	if err := json.Unmarshal(page2, &a2); err != nil || len(a2.Results) == 0 || urls[a2.Results[0].URL] {
 		t.Errorf("page 2: %v, %d results", err, len(a2.Results))
 	}
-	if st := run.Stats(); st.Requests != 3 || st.Completed != 3 || st.InFlight != 0 {
-		t.Errorf("stats %+v", st)
+	// The counters change after the answer is written: wait, do not sleep.
+	if err := run.WaitStats(waitLimit, func(st SearchStats) bool {
+		return st.Requests == 3 && st.Completed == 3 && st.InFlight == 0
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -222,7 +226,7 @@ func TestSearchNoResults(t *testing.T) {
 func TestBraveShape(t *testing.T) {
 	run := startSearch(t, SearchConfig{Flavour: Brave, Token: testToken})
 	hdr := map[string]string{"X-Loc-Country": "FR", "X-Loc-City": "Paris", "X-Loc-State": "IDF", "X-Loc-Timezone": "Europe/Paris"}
-	resp, body, err := getSearch(context.Background(), run, "résumé tips", url.Values{"count": {"5"}, "extra_snippets": {"true"}}, hdr)
+	resp, body, err := getSearch(context.Background(), run, "résumé tips", url.Values{"count": {"5"}, "extra_snippets": {"true"}, "country": {"FR"}}, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +237,7 @@ func TestBraveShape(t *testing.T) {
 	if err := json.Unmarshal(body, &a); err != nil {
 		t.Fatalf("decode: %v", err)
 	}
-	if a.Type != "search" || a.Query.Original != "résumé tips" || a.Query.City != "Paris" || a.Web == nil || a.Web.Type != "search" || len(a.Web.Results) != 5 {
+	if a.Type != "search" || a.Query.Original != "résumé tips" || a.Query.City != "Paris" || a.Query.Country != "fr" || a.Web == nil || a.Web.Type != "search" || len(a.Web.Results) != 5 {
 		t.Fatalf("answer: %s", body)
 	}
 	strong, aged := 0, 0
@@ -306,6 +310,13 @@ func TestSearchFaults(t *testing.T) {
 				resp, _, err := getSearch(context.Background(), run, "q simfault="+c.fault, nil, nil)
 				if err != nil || resp.StatusCode != c.status {
 					t.Errorf("simfault=%s: %v %v", c.fault, err, resp)
+				}
+			}
+			if f == SearXNG {
+				_, body, _ := getSearch(context.Background(), run, "q simfault=500", nil, nil)
+				var e struct{ Error string }
+				if json.Unmarshal(body, &e) != nil || e.Error != "search error" {
+					t.Errorf("searxng 500 body %s", body)
 				}
 			}
 			resp, body, err := getSearch(context.Background(), run, "q simfault=garbage", nil, nil)

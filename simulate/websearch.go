@@ -122,7 +122,12 @@ func (s *Server) searchPlan(req *chatRequest, beh Behaviour) webSearch {
 		ws.queries = searchQueries(req, beh)
 	case req.searchDone > 0 || req.searchSeen:
 		ws.mode = searchAnswer
-		ws.sources = parseSources(req.searchTexts)
+		// The results of this question's searches; those of earlier
+		// questions only when it got none.
+		ws.sources = parseSources(req.searchTexts[req.searchFrom:])
+		if len(ws.sources) == 0 {
+			ws.sources = parseSources(req.searchTexts)
+		}
 		ws.cite = beh.Cite
 		if ws.cite == "" {
 			ws.cite = CiteMarkdown

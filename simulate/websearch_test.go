@@ -216,6 +216,44 @@ func TestWebSearchCall(t *testing.T) {
 	}
 }
 
+func TestWebSearchHeaderSwitches(t *testing.T) {
+	_, ts := newTS(t, Config{Flavour: LlamaCpp})
+	resp, err := post(t, context.Background(), ts.URL, chatJSON(t, false, "["+webSearchTool+"]", msg{"role": "user", "content": "Kyoto"}),
+		map[string]string{"X-Sim": "searches=2 search_fault=hang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		Choices []struct {
+			Message struct {
+				ToolCalls []struct {
+					Function struct{ Arguments string } `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if err != nil || len(a.Choices) != 1 || len(a.Choices[0].Message.ToolCalls) != 2 ||
+		a.Choices[0].Message.ToolCalls[1].Function.Arguments != `{"query":"Kyoto 2 simfault=hang"}` {
+		t.Errorf("%v %+v", err, a)
+	}
+}
+
+// A follow-up question cites its own searches, not the earlier question's.
+func TestWebSearchFollowUp(t *testing.T) {
+	_, ts := newTS(t, Config{Flavour: VLLM})
+	msgs, _ := conversation(t, ts.URL, "Lisbon food", false)
+	first := ask(t, ts.URL, chatJSON(t, false, "["+webSearchTool+"]", msgs...), false)
+	msgs = append(msgs, msg{"role": "assistant", "content": first.content})
+	more, _ := conversation(t, ts.URL, "Porto wine", false)
+	msgs = append(msgs, more...)
+	got := ask(t, ts.URL, chatJSON(t, false, "["+webSearchTool+"]", msgs...), false)
+	if !strings.Contains(got.content, searchResults("Porto wine", 0, 1)[0].url) || strings.Contains(got.content, searchResults("Lisbon food", 0, 1)[0].url) {
+		t.Errorf("follow-up cites %q", got.content)
+	}
+}
+
 func TestWebSearchOff(t *testing.T) {
 	_, ts := newTS(t, Config{Flavour: VLLM})
 	// search=0 answers directly, even though web_search is the only tool.
@@ -456,8 +494,8 @@ func TestWebSearchWithProvider(t *testing.T) {
 		}
 		msgs = append(msgs, toolMsg(c.id, b.String()))
 	}
-	if st := search.Stats(); st.Completed != 2 {
-		t.Fatalf("provider stats %+v", st)
+	if err := search.WaitStats(waitLimit, func(st SearchStats) bool { return st.Completed == 2 }); err != nil {
+		t.Fatal(err)
 	}
 	got = ask(t, ts.URL, chatJSON(t, true, "["+webSearchTool+"]", msgs...), true)
 	cited := 0
