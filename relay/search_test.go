@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
@@ -26,15 +27,21 @@ import (
 type scriptedModel struct {
 	mu     sync.Mutex
 	bodies []map[string]any
+	busy   atomic.Int64 // nanoseconds spent answering (the model's own time)
+	record bool         // keep the request bodies (tests; not benchmarks)
 }
 
 func (sm *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { sm.busy.Add(int64(time.Since(start))) }()
 	raw, _ := io.ReadAll(r.Body)
 	var req map[string]any
 	_ = json.Unmarshal(raw, &req)
-	sm.mu.Lock()
-	sm.bodies = append(sm.bodies, req)
-	sm.mu.Unlock()
+	if sm.record {
+		sm.mu.Lock()
+		sm.bodies = append(sm.bodies, req)
+		sm.mu.Unlock()
+	}
 	msgs, _ := req["messages"].([]any)
 	last, _ := msgs[len(msgs)-1].(map[string]any)
 	offered := false
@@ -215,7 +222,7 @@ models:
 
 func searchRelay(t *testing.T, s Searcher) (*Relay, *scriptedModel, *fakeBiller) {
 	t.Helper()
-	sm := &scriptedModel{}
+	sm := &scriptedModel{record: true}
 	ts := httptest.NewServer(sm)
 	t.Cleanup(ts.Close)
 	cfg, err := config.Parse([]byte(strings.ReplaceAll(searchYAML, "URL", ts.URL)), ".", func(string) string { return "" })
