@@ -96,7 +96,6 @@ func (sr *searchRequest) nonStream(w http.ResponseWriter, req *http.Request) err
 	if err != nil {
 		return err
 	}
-	x.noteServed()
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(out)))
