@@ -176,11 +176,16 @@ func (f *fakeSearcher) Search(ctx context.Context, q search.Query) ([]search.Res
 
 // fakeBiller records the charge.
 type fakeBiller struct {
+	traffic countTraffic
 	mu      sync.Mutex
 	held    tollgate.Amount
 	charges []tollgate.Charge
 	release int
 }
+
+type countTraffic struct{ n atomic.Int64 }
+
+func (c *countTraffic) Add(tollgate.BackendClass) { c.n.Add(1) }
 
 func (b *fakeBiller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, error) {
 	b.mu.Lock()
@@ -230,7 +235,7 @@ func searchRelay(t *testing.T, s Searcher) (*Relay, *scriptedModel, *fakeBiller)
 		t.Fatal(err)
 	}
 	fb := &fakeBiller{}
-	r := New(NewCatalog(cfg, nil), Options{MaxSearches: cfg.Search.MaxSearches}, Deps{Biller: fb, Search: s})
+	r := New(NewCatalog(cfg, nil), Options{MaxSearches: cfg.Search.MaxSearches}, Deps{Biller: fb, Search: s, Traffic: &fb.traffic})
 	return r, sm, fb
 }
 
@@ -322,6 +327,9 @@ func TestSearchLoopNonStreamed(t *testing.T) {
 	}
 	if c.Cost > fb.held {
 		t.Fatalf("charge %s above the hold %s", c.Cost, fb.held)
+	}
+	if n := fb.traffic.n.Load(); n != 1 {
+		t.Fatalf("the request counted %d times in the traffic share", n)
 	}
 	if resp.Usage.ServerToolUse.WebSearchRequests != 2 {
 		t.Fatalf("web_search_requests %d", resp.Usage.ServerToolUse.WebSearchRequests)
