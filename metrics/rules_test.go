@@ -24,3 +24,16 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 }
+
+// The compose deployment's Prometheus config is valid and loads the rules.
+func TestPrometheusConfig(t *testing.T) {
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool is not installed (apt-get install prometheus): %v", err)
+	}
+	cmd := exec.Command(path, "check", "config", "prometheus.yml")
+	cmd.Dir = "../deploy/prometheus"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+}
