@@ -82,9 +82,15 @@ func (m *Main) Open(ctx context.Context) error {
 		KeepAlive:        cfg.Timeouts.KeepAlive.D(),
 		ConnectTimeout:   cfg.Timeouts.Connect.D(),
 		Health: relay.HealthPolicy{
-			FailureThreshold: cfg.Health.FailureThreshold,
-			BackoffMin:       cfg.Health.BackoffMin.D(),
-			BackoffMax:       cfg.Health.BackoffMax.D(),
+			FailureThreshold:  cfg.Health.FailureThreshold,
+			BackoffMin:        cfg.Health.BackoffMin.D(),
+			BackoffMax:        cfg.Health.BackoffMax.D(),
+			FailurePercent:    cfg.Health.FailurePercent,
+			Window:            cfg.Health.Window.D(),
+			MinRequests:       cfg.Health.MinRequests,
+			EjectionBase:      cfg.Health.EjectionBase.D(),
+			EjectionMax:       cfg.Health.EjectionMax.D(),
+			MaxEjectedPercent: cfg.Health.MaxEjectedPercent,
 		},
 	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
