@@ -209,7 +209,15 @@ func FuzzParseChatRequest(f *testing.F) {
 			if err != nil {
 				t.Fatalf("upstream body does not parse: %v\n%s", err, out)
 			}
-			if want := r.Needs &^ tollgate.NewCapabilities(tollgate.CapWebSearch); r2.Needs != want {
+			want := r.Needs &^ tollgate.NewCapabilities(tollgate.CapWebSearch)
+			if r.ToolChoice == ToolChoiceNone && !fl.Honours(ControlToolChoiceNone) {
+				// tool_choice "none" to a server that ignores it: no tools sent.
+				want &^= tollgate.NewCapabilities(tollgate.CapTools)
+				if _, ok := top["tools"]; ok {
+					t.Fatalf("tools sent to %s with tool_choice none: %s", fl, out)
+				}
+			}
+			if r2.Needs != want {
 				t.Fatalf("needs changed in the rewrite: %v -> %v", r.Needs.List(), r2.Needs.List())
 			}
 		}

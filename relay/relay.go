@@ -195,6 +195,9 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	if err != nil {
 		return err
 	}
+	if able, err = honouring(m, able, cr); err != nil {
+		return err
+	}
 	b, node, err := r.picker.route(m, able, nil)
 	if err != nil {
 		return err
