@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -332,6 +333,10 @@ func splitObject(b []byte) ([]field, error) {
 		}
 	}
 	if !it.restOK() {
+		if errors.Is(it.err, errTooDeep) {
+			return nil, tollgate.Errorf(tollgate.CodeInvalidJSON,
+				"request body nests arrays and objects more than %d levels deep, the limit", MaxDepth)
+		}
 		return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body is not valid JSON")
 	}
 	return fields, nil
