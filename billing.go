@@ -33,9 +33,14 @@ type Charge struct {
 	CachedTokens     int64 // 0 when the backend did not report them
 	ReasoningTokens  int64 // 0 when the backend did not report them
 	Prices           Prices
-	Cost             Amount
-	Estimated        bool // the backend reported no usage: tokens were counted locally
-	Time             time.Time
+	// Searches is the number of web searches that ran for the request and
+	// SearchPrice the price of one; their product (SearchFee) is part of
+	// Cost: prompt × input + completion × output + Searches × SearchPrice.
+	Searches    int64
+	SearchPrice Amount
+	Cost        Amount
+	Estimated   bool // the backend reported no usage: tokens were counted locally
+	Time        time.Time
 }
 
 // Biller reserves and settles money for requests. The relay calls Hold after

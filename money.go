@@ -223,6 +223,19 @@ func (p Prices) Cost(promptTokens, completionTokens int64) (Amount, error) {
 	return in.Add(out)
 }
 
+// SearchFee is the fee for a number of web searches at price each: an exact
+// product, or ErrMoneyOverflow. A negative count or price is an error (a
+// price is configured as a non-negative decimal; a count is what ran).
+func SearchFee(searches int64, price Amount) (Amount, error) {
+	if searches < 0 {
+		return 0, fmt.Errorf("money: negative search count %d", searches)
+	}
+	if price < 0 {
+		return 0, fmt.Errorf("money: negative search price %s", price)
+	}
+	return price.mulInt(searches)
+}
+
 // BlendRates returns network*share + fallback*(1-share) where share =
 // networkServed/allServed, rounded half-even to 6 decimals (the Rate's own
 // scale). With allServed == 0 the share is 1 (CONTRACT.md).

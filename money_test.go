@@ -1,6 +1,7 @@
 package tollgate
 
 import (
+	"errors"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -101,6 +102,38 @@ func TestPricesCost(t *testing.T) {
 	c, _ = Prices{Input: 1}.Cost(1, 0)
 	if c.String() != "0.000000000001" {
 		t.Fatalf("cost = %s", c)
+	}
+}
+
+func TestSearchFee(t *testing.T) {
+	price := MustParseAmount("0.005")
+	fee, err := SearchFee(3, price)
+	if err != nil || fee.String() != "0.015" {
+		t.Fatalf("SearchFee(3, 0.005) = %s, %v; want 0.015", fee, err)
+	}
+	if fee, err := SearchFee(0, price); err != nil || fee != 0 {
+		t.Fatalf("no search: %s, %v", fee, err)
+	}
+	if fee, err := SearchFee(7, 0); err != nil || fee != 0 {
+		t.Fatalf("free searches: %s, %v", fee, err)
+	}
+	if _, err := SearchFee(2, Amount(math.MaxInt64/2+1)); !errors.Is(err, ErrMoneyOverflow) {
+		t.Fatalf("overflow: %v", err)
+	}
+	if _, err := SearchFee(math.MaxInt64, 2); !errors.Is(err, ErrMoneyOverflow) {
+		t.Fatalf("overflow of the count: %v", err)
+	}
+	if _, err := SearchFee(-1, price); err == nil {
+		t.Fatal("a negative count was accepted")
+	}
+	if _, err := SearchFee(1, -price); err == nil {
+		t.Fatal("a negative price was accepted")
+	}
+	// The whole cost of a request with searches adds up exactly.
+	tokens, _ := Prices{Input: MustParseRate("0.15"), Output: MustParseRate("0.6")}.Cost(1000, 500)
+	total, err := tokens.Add(fee)
+	if err != nil || total.String() != "0.01545" {
+		t.Fatalf("tokens + searches = %s, %v", total, err)
 	}
 }
 

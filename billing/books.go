@@ -48,8 +48,9 @@ type UsageRow struct {
 	CachedTokens     int64           `json:"cached_tokens"`
 	ReasoningTokens  int64           `json:"reasoning_tokens"`
 	Estimated        int64           `json:"estimated"` // requests whose tokens were counted locally
-	Cost             tollgate.Amount `json:"cost"`      // charged
+	Cost             tollgate.Amount `json:"cost"`      // charged: tokens and searches
 	Uncollected      tollgate.Amount `json:"uncollected"`
+	Searches         int64           `json:"searches"` // web searches that ran
 }
 
 // UsageGroups are the dimensions a usage report can group by.
@@ -111,6 +112,7 @@ func Usage(ctx context.Context, st BooksStore, f tollgate.UsageFilter, groupBy [
 		if c.Estimated {
 			r.Estimated++
 		}
+		r.Searches += c.Searches
 		var err error
 		if r.Cost, err = r.Cost.Add(-e.Amount); err != nil {
 			return err

@@ -42,11 +42,15 @@ import (
 // settle waits for the commit.
 
 const (
-	journalSlot    = 512
-	journalSlots   = 2048 // 1 MiB: at 20,000 charges/s, 100 ms of charges not yet committed
-	journalExt     = ".journal"
-	journalTmpExt  = ".journal-tmp"
-	journalVersion = 1
+	journalSlot   = 512
+	journalSlots  = 2048 // 1 MiB: at 20,000 charges/s, 100 ms of charges not yet committed
+	journalExt    = ".journal"
+	journalTmpExt = ".journal-tmp"
+	// journalVersion is the version of the records written. Version 1
+	// records (written before charges had search fees) end after the
+	// estimated flag; decodeRecord still reads them, as charges with no
+	// search, so a journal left by the previous version is recovered.
+	journalVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -179,7 +183,8 @@ func (j *journal) close() (left int, err error) {
 }
 
 // encodeRecord writes op's record into b: version, kind, then the strings
-// and numbers of the operation and its charge. It reports the length, or
+// and numbers of the operation and its charge (version 2: the searches and
+// the search price last). It reports the length, or
 // false if b is too short.
 func encodeRecord(b []byte, op *tollgate.BillingOp) (int, bool) {
 	w := recWriter{b: b, ok: len(b) >= 2}
@@ -196,7 +201,8 @@ func encodeRecord(b []byte, op *tollgate.BillingOp) (int, bool) {
 		est = 1
 	}
 	for _, v := range [...]int64{int64(op.Covered), int64(op.Return), c.PromptTokens, c.CompletionTokens, c.CachedTokens,
-		c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Time.UnixNano(), est} {
+		c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Time.UnixNano(), est,
+		c.Searches, int64(c.SearchPrice)} {
 		w.varint(v)
 	}
 	return w.n, w.ok
@@ -226,9 +232,10 @@ func (w *recWriter) str(s string) {
 	w.n += copy(w.b[w.n:], s)
 }
 
-// decodeRecord reads a record written by encodeRecord.
+// decodeRecord reads a record written by encodeRecord, of this version or
+// version 1.
 func decodeRecord(b []byte) (*tollgate.BillingOp, error) {
-	if len(b) < 2 || b[0] != journalVersion {
+	if len(b) < 2 || (b[0] != journalVersion && b[0] != 1) {
 		return nil, errors.New("unknown record version")
 	}
 	op := &tollgate.BillingOp{Kind: tollgate.BillingOpKind(b[1])}
@@ -247,6 +254,10 @@ func decodeRecord(b []byte) (*tollgate.BillingOp, error) {
 		&c.ReasoningTokens, &in, &out, &cost, &at, &est} {
 		*v = r.varint()
 	}
+	var price int64
+	if b[0] >= 2 {
+		c.Searches, price = r.varint(), r.varint()
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -256,7 +267,8 @@ func decodeRecord(b []byte) (*tollgate.BillingOp, error) {
 	op.Covered, op.Return = tollgate.Amount(covered), tollgate.Amount(ret)
 	c.Prices = tollgate.Prices{Input: tollgate.Rate(in), Output: tollgate.Rate(out)}
 	c.Cost, c.Time, c.Estimated = tollgate.Amount(cost), time.Unix(0, at).UTC(), est == 1
-	if op.HoldID == "" || c.Cost < 0 {
+	c.SearchPrice = tollgate.Amount(price)
+	if op.HoldID == "" || c.Cost < 0 || c.Searches < 0 || c.SearchPrice < 0 {
 		return nil, errors.New("a record without a hold or with a negative cost")
 	}
 	return op, nil

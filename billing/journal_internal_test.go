@@ -2,6 +2,7 @@ package billing
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"hash/crc32"
 	"reflect"
 	"strings"
@@ -19,8 +20,43 @@ func sampleOp() *tollgate.BillingOp {
 			Estimated: true, Time: time.Date(2026, 11, 24, 23, 59, 1, 123456789, time.UTC)}}
 }
 
+// sampleSearchOp is sampleOp with web searches: 4 at 0.005 USD each.
+func sampleSearchOp() *tollgate.BillingOp {
+	op := sampleOp()
+	op.Charge.Searches, op.Charge.SearchPrice = 4, tollgate.MustParseAmount("0.005")
+	op.Charge.Cost += 4 * tollgate.MustParseAmount("0.005")
+	return op
+}
+
+// sampleOpV1 is sampleOp as the previous version's encoder wrote it
+// (record version 1, no search fields).
+const sampleOpV1 = "01060e686f6c645f30310c7273765f30320e7265715f6162630c616363745f310a6b65795f31406d6574612d6c6c616d612f4c6c" +
+	"616d612d332e312d38422d496e7374727563741066616c6c6261636b28687474703a2f2f31302e302e302e373a383030308eda9601b2" +
+	"01808080808040220612e0a712809f49ca9487eedf05aafc89decca790eb3102"
+
+// A journal left by the previous version (version 1 records) is still
+// recovered: its records read as charges with no search.
+func TestJournalRecordVersion1(t *testing.T) {
+	b, err := hex.DecodeString(sampleOpV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeRecord(b)
+	if err != nil {
+		t.Fatalf("a version 1 record: %v", err)
+	}
+	if !reflect.DeepEqual(got, sampleOp()) {
+		t.Errorf("version 1 record:\n got %+v\nwant %+v", got, sampleOp())
+	}
+	// An unknown version is refused, not misread.
+	b[0] = journalVersion + 1
+	if _, err := decodeRecord(b); err == nil {
+		t.Error("a record of an unknown version was read")
+	}
+}
+
 func TestJournalRecordRoundTrip(t *testing.T) {
-	for _, op := range []*tollgate.BillingOp{sampleOp(), {Kind: tollgate.OpSettle, HoldID: "h", Charge: tollgate.Charge{Time: time.Unix(0, 0).UTC()}}} {
+	for _, op := range []*tollgate.BillingOp{sampleOp(), sampleSearchOp(), {Kind: tollgate.OpSettle, HoldID: "h", Charge: tollgate.Charge{Time: time.Unix(0, 0).UTC()}}} {
 		buf := make([]byte, journalSlot-8)
 		n, ok := encodeRecord(buf, op)
 		if !ok {
@@ -96,6 +132,10 @@ func FuzzJournalRecord(f *testing.F) {
 	buf := make([]byte, journalSlot-8)
 	n, _ := encodeRecord(buf, sampleOp())
 	f.Add(buf[:n])
+	n, _ = encodeRecord(buf, sampleSearchOp())
+	f.Add(buf[:n])
+	v1, _ := hex.DecodeString(sampleOpV1)
+	f.Add(v1)
 	f.Add([]byte{1, 2, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		op, err := decodeRecord(b)

@@ -36,6 +36,9 @@ type Config struct {
 	// Idempotency configures Idempotency-Key (config/idempotency.go).
 	Idempotency Idempotency `yaml:"idempotency"`
 
+	// Search configures web search (config/search.go).
+	Search Search `yaml:"search"`
+
 	// Dir is the directory of the config file; relative paths resolve against it.
 	Dir string `yaml:"-"`
 }
@@ -161,8 +164,14 @@ type Model struct {
 	// Default 2000; a vision encoder that tiles large images into more
 	// (Qwen2.5-VL up to 16,384 at its default max_pixels, Pixtral 4,096)
 	// needs its own figure here, or a large image costs more than its hold.
-	ImageTokens int64     `yaml:"image_tokens"`
-	Backends    []Backend `yaml:"backends"`
+	ImageTokens int64 `yaml:"image_tokens"`
+	// SearchPriceUSD overrides search.price for this model (a decimal
+	// string of USD per search that ran).
+	SearchPriceUSD string `yaml:"search_price"`
+	// SearchPrice is the price of one search with this model: the
+	// override, else search.price.
+	SearchPrice tollgate.Amount `yaml:"-"`
+	Backends    []Backend       `yaml:"backends"`
 }
 
 // Backend is one way to serve a model.
@@ -319,6 +328,7 @@ func (c *Config) setDefaults() {
 	def(&c.Billing.BatchWait, 2*time.Millisecond)
 	def(&c.Traffic.ShareCache, 10*time.Second)
 	c.Idempotency.setDefaults()
+	c.Search.setDefaults()
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
 			c.Models[i].OwnedBy = "tollgate"
@@ -422,6 +432,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		bad("health.min_requests", "must be at least 1")
 	}
 	c.Idempotency.validate(bad)
+	c.Search.validate(getenv, backendSecrets, bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}
@@ -453,6 +464,13 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 			bad(key+".image_tokens", "must not be negative")
 		} else if m.ContextLength > 0 && m.ImageTokens > m.ContextLength {
 			bad(key+".image_tokens", "must not exceed context_length")
+		}
+		m.SearchPrice = c.Search.Price
+		if m.SearchPriceUSD != "" {
+			var err error
+			if m.SearchPrice, err = parsePrice(m.SearchPriceUSD); err != nil {
+				bad(key+".search_price", "%v", err)
+			}
 		}
 		if len(m.Backends) == 0 {
 			bad(key+".backends", "at least one backend is required")

@@ -100,10 +100,12 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 				id = op.HoldID
 			}
 			b.Queue(`INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
-				prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated)
-				VALUES ($1, 'charge', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 0, $17)`,
+				prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated,
+				searches, search_price)
+				VALUES ($1, 'charge', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 0, $17, $18, $19)`,
 				id, c.AccountID, -int64(c.Cost), c.Time, op.HoldID, c.KeyID, c.Model, string(c.Class), c.Node, c.PromptTokens,
-				c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Estimated)
+				c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Estimated,
+				c.Searches, int64(c.SearchPrice))
 			continue
 		}
 		switch op.Kind {
@@ -120,10 +122,10 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 			if id == "" {
 				id = op.HoldID
 			}
-			b.Queue(`SELECT charged, uncollected, replayed, gone FROM tollgate_charge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+			b.Queue(`SELECT charged, uncollected, replayed, gone FROM tollgate_charge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
 				op.HoldID, op.Reservation, id, c.AccountID, c.KeyID, c.Model, string(c.Class), c.Node, c.PromptTokens, c.CompletionTokens,
 				c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), int64(op.Covered),
-				int64(op.Return), c.Estimated, c.Time)
+				int64(op.Return), c.Estimated, c.Time, c.Searches, int64(c.SearchPrice))
 		case tollgate.OpHold:
 			h := &op.Hold
 			b.Queue(`SELECT outcome, free, retry_minute FROM tollgate_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
@@ -135,9 +137,10 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 			if id == "" {
 				id = op.HoldID
 			}
-			b.Queue(`SELECT charged, uncollected, replayed FROM tollgate_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+			b.Queue(`SELECT charged, uncollected, replayed FROM tollgate_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 				op.HoldID, id, c.AccountID, c.KeyID, c.Model, string(c.Class), c.Node, c.PromptTokens, c.CompletionTokens,
-				c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Estimated, c.Time)
+				c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Estimated, c.Time,
+				c.Searches, int64(c.SearchPrice))
 		case tollgate.OpRelease:
 			b.Queue(`SELECT tollgate_release($1)`, op.HoldID)
 		default:
@@ -328,21 +331,23 @@ func (db *DB) Balance(ctx context.Context, accountID string) (tollgate.Balance, 
 
 const ledgerColumns = `seq, id, kind, account_id, amount, note, time, coalesce(hold_id, ''), coalesce(key_id, ''),
 	coalesce(model, ''), coalesce(class, ''), coalesce(node, ''), prompt_tokens, completion_tokens, cached_tokens,
-	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated`
+	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated, searches, search_price`
 
 func scanEntry(row pgx.CollectableRow) (tollgate.LedgerEntry, error) {
 	var e tollgate.LedgerEntry
 	var kind, class string
-	var amount, in, out, cost, unc int64
+	var amount, in, out, cost, unc, price int64
 	var c tollgate.Charge
 	if err := row.Scan(&e.Seq, &e.ID, &kind, &e.AccountID, &amount, &e.Note, &e.Time, &e.HoldID, &c.KeyID, &c.Model, &class, &c.Node,
-		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated); err != nil {
+		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated,
+		&c.Searches, &price); err != nil {
 		return e, err
 	}
 	e.Kind, e.Amount, e.Time, e.Uncollected = tollgate.LedgerKind(kind), tollgate.Amount(amount), e.Time.UTC(), tollgate.Amount(unc)
 	if e.Kind == tollgate.LedgerCharge {
 		c.RequestID, c.AccountID, c.Class, c.Time = e.ID, e.AccountID, tollgate.BackendClass(class), e.Time
 		c.Prices, c.Cost = tollgate.Prices{Input: tollgate.Rate(in), Output: tollgate.Rate(out)}, tollgate.Amount(cost)
+		c.SearchPrice = tollgate.Amount(price)
 		e.Charge = &c
 	}
 	return e, nil

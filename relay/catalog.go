@@ -32,7 +32,10 @@ type Model struct {
 	ContextLength   int64
 	MaxOutputTokens int64
 	ImageTokens     int64 // the hold's tokens for one image (config: models[].image_tokens)
-	Backends        []*Backend
+	// SearchPrice is charged per web search that ran (config:
+	// models[].search_price, else search.price).
+	SearchPrice tollgate.Amount
+	Backends    []*Backend
 	// Caps is the union of the backends' capabilities: what /v1/models lists.
 	Caps tollgate.Capabilities
 }
@@ -131,14 +134,16 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 	}
 	for _, mc := range cfg.Models {
 		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens,
-			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens)}
+			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens), SearchPrice: mc.SearchPrice}
 		for i := range mc.Backends {
 			bc := &mc.Backends[i]
 			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices}
-			// Web search is served by tollgate itself; a backend can take part
-			// only if it can call tools. Whether a search provider is
-			// configured is decided by the relay (see Relay.webSearch).
-			if !b.Caps.Has(tollgate.CapTools) {
+			// Web search is served by tollgate itself: with a search
+			// provider configured, every backend that can call tools can
+			// take part (the model calls tollgate's search function).
+			if cfg.Search.Enabled() && b.Caps.Has(tollgate.CapTools) {
+				b.Caps |= tollgate.NewCapabilities(tollgate.CapWebSearch)
+			} else {
 				b.Caps &^= tollgate.NewCapabilities(tollgate.CapWebSearch)
 			}
 			for _, nc := range bc.Nodes {

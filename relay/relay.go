@@ -30,6 +30,8 @@ type Options struct {
 	Health           HealthPolicy
 	// MaxUpstreamBody bounds a non-streamed upstream answer; default 64 MiB.
 	MaxUpstreamBody int64
+	// MaxSearches bounds the web searches of one request; default 5.
+	MaxSearches int
 }
 
 func (o *Options) setDefaults() {
@@ -47,6 +49,9 @@ func (o *Options) setDefaults() {
 	if o.MaxUpstreamBody <= 0 {
 		o.MaxUpstreamBody = 64 << 20
 	}
+	if o.MaxSearches <= 0 {
+		o.MaxSearches = DefaultMaxSearches
+	}
 }
 
 // TrafficCounter counts served requests per backend class (traffic.Counter).
@@ -59,6 +64,9 @@ type Deps struct {
 	Traffic TrafficCounter  // counts served requests per class
 	Biller  tollgate.Biller // holds and settles money; nil: billing off
 	Log     *slog.Logger
+	// Search runs web searches; nil: web search is off and
+	// web_search_options is refused.
+	Search Searcher
 }
 
 // Relay serves chat completions. It is safe for concurrent use; the catalogue
@@ -71,6 +79,7 @@ type Relay struct {
 	opts    Options
 	traffic TrafficCounter
 	biller  tollgate.Biller
+	search  Searcher
 	log     *slog.Logger
 	now     func() time.Time
 	bufs    sync.Pool
@@ -100,6 +109,7 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		opts:    opts,
 		traffic: deps.Traffic,
 		biller:  deps.Biller,
+		search:  deps.Search,
 		log:     log,
 		now:     time.Now,
 	}
@@ -185,9 +195,10 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 			"%s is too large: %d; model %s produces at most %d tokens", maxTokensParam(cr), cr.MaxTokens, m.ID, m.MaxOutputTokens)
 	}
 	needs := cr.Needs
-	if needs.Has(tollgate.CapWebSearch) {
-		// Web search is served by tollgate itself (SPEC.md); this build has
-		// no search provider configured, so no model can take it.
+	webSearch := needs.Has(tollgate.CapWebSearch)
+	if webSearch && r.search == nil {
+		// Web search is served by tollgate itself (SPEC.md): without a
+		// search provider no model can take it.
 		return &tollgate.Error{Code: tollgate.CodeCapabilityNotSupported, Param: "web_search_options",
 			Message: "web search is not enabled on this service (no search provider is configured)"}
 	}
@@ -201,6 +212,9 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	b, node, err := r.picker.route(m, able, nil)
 	if err != nil {
 		return err
+	}
+	if webSearch {
+		return r.serveSearch(w, req, call, cr, m, b, node)
 	}
 	outCap := cr.MaxTokens
 	if outCap == 0 {
@@ -292,6 +306,7 @@ type exchange struct {
 	promptEstimate int64
 	holdID         string
 	settled        bool
+	searches       int64 // web searches that ran (search requests only)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
@@ -317,6 +332,9 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
 		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
 		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
+	}
+	if x.searches > 0 {
+		c.Searches, c.SearchPrice = x.searches, x.model.SearchPrice
 	}
 	if u.CachedTokens != nil {
 		c.CachedTokens = *u.CachedTokens

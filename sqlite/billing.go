@@ -30,13 +30,14 @@ type billStmts struct {
 }
 
 // ledgerRowsBits bounds the rows of one multi-row insert: 2^(7-1) = 64 rows of
-// 18 values, far below SQLite's limit on bound variables.
+// 20 values, far below SQLite's limit on bound variables.
 const ledgerRowsBits = 7
 
 const insLedgerHead = `INSERT INTO ledger (id, kind, account_id, amount, time, hold_id, key_id, model, class, node,
-			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated) VALUES `
+			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated,
+			searches, search_price) VALUES `
 
-const insLedgerRow = `(?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insLedgerRow = `(?, 'charge', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (db *DB) prepareBilling(ctx context.Context) error {
 	b := &db.bill
@@ -181,7 +182,7 @@ type txStmts struct {
 }
 
 // ledgerRowValues is the number of values of one charge row (insLedgerRow).
-const ledgerRowValues = 18
+const ledgerRowValues = 20
 
 // chargeSum is what consecutive charges take from one reservation.
 type chargeSum struct {
@@ -545,7 +546,7 @@ func appendLedgerRow(vs []any, op *tollgate.BillingOp, acct, key string, charged
 	c := &op.Charge
 	return append(vs, ledgerID(op), acct, -charged, toMicros(c.Time), op.HoldID, key, c.Model, string(c.Class), c.Node,
 		c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output),
-		int64(c.Cost), int64(c.Cost)-charged, c.Estimated)
+		int64(c.Cost), int64(c.Cost)-charged, c.Estimated, c.Searches, int64(c.SearchPrice))
 }
 
 // ledgerRow writes op's charge row now.
@@ -740,21 +741,23 @@ func (db *DB) Balance(ctx context.Context, accountID string) (tollgate.Balance, 
 
 const ledgerColumns = `seq, id, kind, account_id, amount, note, time, coalesce(hold_id, ''), coalesce(key_id, ''),
 	coalesce(model, ''), coalesce(class, ''), coalesce(node, ''), prompt_tokens, completion_tokens, cached_tokens,
-	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated`
+	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated, searches, search_price`
 
 func scanEntry(rows *sql.Rows) (tollgate.LedgerEntry, error) {
 	var e tollgate.LedgerEntry
 	var kind, class string
-	var amount, tm, in, out, cost, unc int64
+	var amount, tm, in, out, cost, unc, price int64
 	var c tollgate.Charge
 	if err := rows.Scan(&e.Seq, &e.ID, &kind, &e.AccountID, &amount, &e.Note, &tm, &e.HoldID, &c.KeyID, &c.Model, &class, &c.Node,
-		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated); err != nil {
+		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated,
+		&c.Searches, &price); err != nil {
 		return e, err
 	}
 	e.Kind, e.Amount, e.Time, e.Uncollected = tollgate.LedgerKind(kind), tollgate.Amount(amount), fromMicros(tm), tollgate.Amount(unc)
 	if e.Kind == tollgate.LedgerCharge {
 		c.RequestID, c.AccountID, c.Class, c.Time = e.ID, e.AccountID, tollgate.BackendClass(class), e.Time
 		c.Prices, c.Cost = tollgate.Prices{Input: tollgate.Rate(in), Output: tollgate.Rate(out)}, tollgate.Amount(cost)
+		c.SearchPrice = tollgate.Amount(price)
 		e.Charge = &c
 	}
 	return e, nil

@@ -38,7 +38,8 @@ var demoSimulators = []struct {
 	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, NoImages: true, NoPDF: true}},
 }
 
-// demoConfig is the demo's catalogue. It is built to show every rule:
+// demoConfig is the demo's catalogue. It is built to show every rule
+// (web search, served through a simulated SearXNG, on every model with tools):
 // only the coder reads images and PDFs; the coder's network reads PDFs but
 // does not reason while its fallback reasons but reads no PDFs (so PDF +
 // reasoning is capability_combination_unsupported); the cheap model has
@@ -52,6 +53,10 @@ store:
   sqlite: tollgate.db
 health:
   interval: 5s
+search:
+  provider: searxng                # a simulated SearXNG instance
+  url: "{{searxng}}"
+  price: "0.004"                   # USD per search that ran
 models:
   - id: tg-coder
     kind: coder
@@ -143,6 +148,12 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 		defer run.Close()
 		urls[s.name] = run.URL()
 	}
+	searx, err := simulate.StartSearch(simulate.SearchConfig{Flavour: simulate.SearXNG})
+	if err != nil {
+		return fmt.Errorf("start simulated search provider: %w", err)
+	}
+	defer searx.Close()
+	urls["searxng"] = searx.URL()
 	urls["api"] = *listen
 	if ln, err := net.Listen("tcp", *listen); err != nil {
 		urls["api"] = "127.0.0.1:0"
@@ -179,6 +190,10 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
   curl -s $OPENAI_BASE_URL/chat/completions \
     -H "Authorization: Bearer $OPENAI_API_KEY" -H "Content-Type: application/json" \
     -d '{"model":"tg-chat","messages":[{"role":"user","content":"Say hello"}]}'
+
+  curl -s $OPENAI_BASE_URL/chat/completions \
+    -H "Authorization: Bearer $OPENAI_API_KEY" -H "Content-Type: application/json" \
+    -d '{"model":"tg-chat","web_search_options":{},"messages":[{"role":"user","content":"What is new in Lisbon?"}]}'
 
   curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
   curl -s %s/pricing                       # public rates

@@ -205,7 +205,7 @@ func TestRequestErrors(t *testing.T) {
 		{"image on chat", `{"model":"tg-chat","messages":[{"role":"user","content":[{"type":"text","text":"what is it"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[1]"},
 		{"pdf on chat", `{"model":"tg-chat","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0="}}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[0]"},
 		{"input_file on mini", `{"model":"tg-mini","messages":[{"role":"user","content":[{"type":"input_file","file_data":"data:application/pdf;base64,JVBERi0="}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[0]"},
-		{"web search", `{"model":"tg-chat",` + hiMessages + `,"web_search_options":{}}`, nil, 400, "capability_not_supported", "web_search_options"},
+		{"web search on a model without tools", `{"model":"tg-mini",` + hiMessages + `,"web_search_options":{}}`, nil, 400, "capability_not_supported", "web_search_options"},
 		{"pdf + reasoning on coder", `{"model":"tg-coder","reasoning_effort":"high","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERi0="}}]}]}`, nil, 400, "capability_combination_unsupported", ""},
 	}
 	// Any spelling of application/json with parameters is JSON.
@@ -547,7 +547,7 @@ func TestModelsAndPricing(t *testing.T) {
 		}
 		caps[m.ID] = strings.Join(m.Capabilities, ",")
 	}
-	if caps["tg-coder"] != "tools,reasoning,image_input,pdf_input" || caps["tg-chat"] != "tools,reasoning" || caps["tg-mini"] != "" {
+	if caps["tg-coder"] != "tools,reasoning,image_input,pdf_input,web_search" || caps["tg-chat"] != "tools,reasoning,web_search" || caps["tg-mini"] != "" {
 		t.Errorf("capabilities = %v", caps)
 	}
 
@@ -579,7 +579,7 @@ func TestModelsAndPricing(t *testing.T) {
 	if p.Object != "pricing" || p.Currency != "USD" || p.Unit != "per_1m_tokens" || p.Uptime != "1" {
 		t.Errorf("pricing head: %s", b)
 	}
-	if !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.12","output":"0.4"}}`)) {
+	if !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.12","output":"0.4"},"web_search":"0.004"}`)) {
 		t.Errorf("tg-chat pricing with no traffic: %s", b)
 	}
 	if status, _, _ := get(map[string]string{"If-None-Match": hdr.Get("ETag")}); status != 304 {
@@ -602,7 +602,7 @@ func TestModelsAndPricing(t *testing.T) {
 		t.Fatalf("pricing after traffic: %d", status)
 	}
 	// share 3/4: input 0.12*0.75 + 2.2*0.25 = 0.64; output 0.4*0.75 + 8.8*0.25 = 2.5
-	if !bytes.Contains(b, []byte(`"network_uptime_7d":0.75`)) || !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.64","output":"2.5"}}`)) {
+	if !bytes.Contains(b, []byte(`"network_uptime_7d":0.75`)) || !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.64","output":"2.5"},"web_search":"0.004"}`)) {
 		t.Errorf("pricing after 3 network + 1 fallback: %s", b)
 	}
 }

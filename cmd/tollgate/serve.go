@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/httpd"
 	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/traffic"
 )
@@ -68,6 +69,12 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
 	cat := relay.NewCatalog(cfg, nil)
 	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log}
+	if svc, err := search.FromConfig(&cfg.Search, nil); err != nil {
+		st.Close()
+		return err
+	} else if svc != nil {
+		deps.Search = svc
+	}
 	if !cfg.Billing.Disabled {
 		if m.Biller, err = newBiller(cfg, st, m.Log); err != nil {
 			st.Close()
@@ -81,6 +88,7 @@ func (m *Main) Open(ctx context.Context) error {
 		StreamIdle:       cfg.Timeouts.StreamIdle.D(),
 		KeepAlive:        cfg.Timeouts.KeepAlive.D(),
 		ConnectTimeout:   cfg.Timeouts.Connect.D(),
+		MaxSearches:      cfg.Search.MaxSearches,
 		Health: relay.HealthPolicy{
 			FailureThreshold:  cfg.Health.FailureThreshold,
 			BackoffMin:        cfg.Health.BackoffMin.D(),

@@ -109,9 +109,10 @@ func usageColumns(by []string, period bool, r billing.UsageRow) (head, vals []st
 		}
 	}
 	i := strconv.FormatInt
-	head = append(head, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "estimated", "cost_usd", "uncollected_usd")
+	head = append(head, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "estimated", "cost_usd", "uncollected_usd",
+		"searches")
 	vals = append(vals, i(r.Requests, 10), i(r.PromptTokens, 10), i(r.CompletionTokens, 10), i(r.CachedTokens, 10),
-		i(r.ReasoningTokens, 10), i(r.Estimated, 10), r.Cost.String(), r.Uncollected.String())
+		i(r.ReasoningTokens, 10), i(r.Estimated, 10), r.Cost.String(), r.Uncollected.String(), i(r.Searches, 10))
 	return head, vals
 }
 

@@ -40,6 +40,7 @@ func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"ConcurrentHolds", testBillingConcurrentHolds},
 		{"Reservation", testBillingReservation},
 		{"LedgerFilters", testBillingLedgerFilters},
+		{"SearchFees", testBillingSearchFees},
 	}
 	for _, tc := range tests {
 		t.Run("Billing"+tc.name, func(t *testing.T) {
@@ -582,4 +583,116 @@ func testBillingLedgerFilters(t *testing.T, s BillingStore) {
 		t.Errorf("account %s: kinds %v, want opening then charge", b.ID, kinds)
 	}
 	auditClean(t, s, base.Add(4*time.Hour))
+}
+
+// Web search fees (docs/billing.md, "Web search fees"): a charge's searches
+// and search price round-trip through every write path (a settle, a charge
+// summed against its reservation, one alone beyond its cover, one recovered
+// from a journal), the balance moves by the whole cost, usage counts the
+// searches with the cost as the total, and the audit is clean.
+func testBillingSearchFees(t *testing.T, s BillingStore) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a, k := fundedKey(t, s, usd("10"), nil)
+	price := usd("0.005")
+	withSearches := func(op *tollgate.BillingOp, n int64) *tollgate.BillingOp {
+		c := &op.Charge
+		tokens, err := c.Prices.Cost(c.PromptTokens, c.CompletionTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fee, err := tollgate.SearchFee(n, price)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Searches, c.SearchPrice = n, price
+		if c.Cost, err = tokens.Add(fee); err != nil {
+			t.Fatal(err)
+		}
+		return op
+	}
+	// 100 × 0.3 + 20 × 1.2 per 1M tokens = 0.000054; 3 searches: + 0.015.
+	h := holdOp(a, k, usd("0.5"), now)
+	apply(t, s, h)
+	st := withSearches(settleOp(h, 0, now), 3)
+	if st.Charge.Cost != usd("0.015054") {
+		t.Fatalf("cost = %s, want 0.015054", st.Charge.Cost)
+	}
+	apply(t, s, st)
+	if st.Charged != usd("0.015054") || st.Uncollected != 0 {
+		t.Fatalf("settle: charged %s uncollected %s", st.Charged, st.Uncollected)
+	}
+	wantBalance(t, s, a.ID, usd("9.984946"), 0)
+
+	rsv := tollgate.NewID("rsv_")
+	grant := &tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: rsv, Need: usd("0.1"), Fraction: 4, Create: true,
+		Hold: tollgate.Hold{ID: rsv, AccountID: a.ID, KeyID: k.ID, Owner: "inst_s", Created: now, Expires: now.Add(time.Minute), Amount: usd("1")}}
+	apply(t, s, grant)
+	if grant.Outcome != tollgate.HoldOK || grant.Granted != usd("1") {
+		t.Fatalf("reserve: outcome %d granted %s", grant.Outcome, grant.Granted)
+	}
+	charge := func(searches int64, covered tollgate.Amount) *tollgate.BillingOp {
+		c := withSearches(settleOp(holdOp(a, k, 0, now), 0, now), searches)
+		c.Kind, c.Reservation, c.Covered = tollgate.OpCharge, rsv, covered
+		return c
+	}
+	summed1, summed2 := charge(1, usd("0.3")), charge(0, usd("0.3"))
+	alone := charge(7, usd("0.01"))    // beyond its cover: charged alone, the rest from the free balance
+	recovered := charge(2, usd("0.2")) // from a dead instance's journal: alone, checked for an earlier charge
+	recovered.Recovered = true
+	apply(t, s, summed1, summed2, alone, recovered)
+	want := map[*tollgate.BillingOp]tollgate.Amount{
+		summed1: usd("0.005054"), summed2: usd("0.000054"), alone: usd("0.035054"), recovered: usd("0.010054"),
+	}
+	total := st.Charged
+	for op, cost := range want {
+		if op.Charge.Cost != cost || op.Charged != cost || op.Uncollected != 0 {
+			t.Errorf("charge with %d searches: cost %s charged %s uncollected %s, want %s", op.Charge.Searches,
+				op.Charge.Cost, op.Charged, op.Uncollected, cost)
+		}
+		total += cost
+	}
+	for _, op := range []*tollgate.BillingOp{st, summed1, summed2, alone, recovered} {
+		e, err := s.LedgerEntry(ctx(t), op.Charge.RequestID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := e.Charge
+		if c == nil || c.Searches != op.Charge.Searches || c.SearchPrice != price || c.Cost != op.Charge.Cost ||
+			e.Amount != -op.Charge.Cost || c.Prices != op.Charge.Prices || c.PromptTokens != 100 || c.CompletionTokens != 20 {
+			t.Errorf("ledger row of a charge with %d searches: %+v, charge %+v", op.Charge.Searches, e, c)
+		}
+	}
+	// The balance moved by the whole cost of each: tokens and searches.
+	wantBalance(t, s, a.ID, usd("10")-total, usd("0.19")) // the reservation less the four covers
+
+	// A row of the listing and the usage groups: searches counted, cost the total.
+	searches := int64(0)
+	err := s.Ledger(ctx(t), tollgate.UsageFilter{AccountID: a.ID}, func(e tollgate.LedgerEntry) error {
+		if e.Kind == tollgate.LedgerCharge {
+			searches += e.Charge.Searches
+			if e.Charge.SearchPrice != price {
+				t.Errorf("listing: %s has search price %s", e.ID, e.Charge.SearchPrice)
+			}
+		}
+		return nil
+	})
+	if err != nil || searches != 13 {
+		t.Errorf("listing: %d searches, %v; want 13", searches, err)
+	}
+	rows, err := billing.Usage(ctx(t), s, tollgate.UsageFilter{AccountID: a.ID}, []string{"key"}, "")
+	if err != nil || len(rows) != 1 || rows[0].Requests != 5 || rows[0].Searches != 13 || rows[0].Cost != total {
+		t.Errorf("usage = %+v, %v; want 5 requests, 13 searches, cost %s", rows, err, total)
+	}
+
+	// A charge without searches reads as none.
+	h2 := holdOp(a, k, usd("0.1"), now)
+	apply(t, s, h2)
+	plain := settleOp(h2, usd("0.001"), now)
+	apply(t, s, plain)
+	if e, err := s.LedgerEntry(ctx(t), h2.Hold.RequestID); err != nil || e.Charge.Searches != 0 || e.Charge.SearchPrice != 0 {
+		t.Errorf("a charge without searches: %+v, %v", e.Charge, err)
+	}
+	apply(t, s, &tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: rsv, Return: usd("0.19"),
+		Hold: tollgate.Hold{AccountID: a.ID, KeyID: k.ID}})
+	auditClean(t, s, now)
 }
