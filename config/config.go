@@ -83,8 +83,21 @@ type Health struct {
 	Timeout    Duration `yaml:"timeout"`     // default 2s
 	BackoffMin Duration `yaml:"backoff_min"` // default 1s
 	BackoffMax Duration `yaml:"backoff_max"` // default 60s
-	// FailureThreshold is how many consecutive passive failures take a node out. Default 3.
+	// FailureThreshold is how many consecutive failed probes take a node
+	// down, and how many consecutive failed requests eject it. Default 3.
 	FailureThreshold int `yaml:"failure_threshold"`
+
+	// Outlier detection on real requests (relay/outlier.go), independent of
+	// the probes: a node failing FailurePercent of at least MinRequests
+	// requests in Window is ejected too. The k-th ejection lasts
+	// k × EjectionBase, at most EjectionMax; at most MaxEjectedPercent of a
+	// backend's nodes are ejected at once.
+	FailurePercent    int      `yaml:"failure_percent"`     // default 50 (1-100)
+	Window            Duration `yaml:"window"`              // default 30s
+	MinRequests       int      `yaml:"min_requests"`        // default 20
+	EjectionBase      Duration `yaml:"ejection_base"`       // default 30s
+	EjectionMax       Duration `yaml:"ejection_max"`        // default 5m
+	MaxEjectedPercent int      `yaml:"max_ejected_percent"` // default 50 (1-100)
 }
 
 // Auth configures the key cache.
@@ -292,6 +305,18 @@ func (c *Config) setDefaults() {
 	if c.Health.FailureThreshold == 0 {
 		c.Health.FailureThreshold = 3
 	}
+	def(&c.Health.Window, 30*time.Second)
+	def(&c.Health.EjectionBase, 30*time.Second)
+	def(&c.Health.EjectionMax, 5*time.Minute)
+	if c.Health.FailurePercent == 0 {
+		c.Health.FailurePercent = 50
+	}
+	if c.Health.MinRequests == 0 {
+		c.Health.MinRequests = 20
+	}
+	if c.Health.MaxEjectedPercent == 0 {
+		c.Health.MaxEjectedPercent = 50
+	}
 	def(&c.Auth.Poll, time.Second)
 	def(&c.Traffic.Flush, 5*time.Second)
 	def(&c.Billing.Lease, 2*time.Minute)
@@ -362,6 +387,8 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		{"timeouts.connect", c.Timeouts.Connect}, {"timeouts.shutdown", c.Timeouts.Shutdown},
 		{"health.timeout", c.Health.Timeout}, {"health.backoff_min", c.Health.BackoffMin},
 		{"health.backoff_max", c.Health.BackoffMax}, {"auth.poll", c.Auth.Poll},
+		{"health.window", c.Health.Window}, {"health.ejection_base", c.Health.EjectionBase},
+		{"health.ejection_max", c.Health.EjectionMax},
 		{"traffic.flush", c.Traffic.Flush}, {"traffic.share_cache", c.Traffic.ShareCache},
 	} {
 		if d.v == Off {
@@ -388,6 +415,21 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	}
 	if c.Health.BackoffMin > c.Health.BackoffMax {
 		bad("health.backoff_min", "must not exceed health.backoff_max")
+	}
+	if c.Health.EjectionBase > c.Health.EjectionMax {
+		bad("health.ejection_base", "must not exceed health.ejection_max")
+	}
+	if c.Health.FailureThreshold < 1 {
+		bad("health.failure_threshold", "must be at least 1")
+	}
+	if c.Health.FailurePercent < 1 || c.Health.FailurePercent > 100 {
+		bad("health.failure_percent", "must be between 1 and 100")
+	}
+	if c.Health.MaxEjectedPercent < 1 || c.Health.MaxEjectedPercent > 100 {
+		bad("health.max_ejected_percent", "must be between 1 and 100")
+	}
+	if c.Health.MinRequests < 1 {
+		bad("health.min_requests", "must be at least 1")
 	}
 	c.Idempotency.validate(bad)
 	c.Search.validate(getenv, backendSecrets, bad)

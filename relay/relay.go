@@ -45,11 +45,7 @@ func (o *Options) setDefaults() {
 	def(&o.StreamIdle, 5*time.Minute)
 	def(&o.KeepAlive, 15*time.Second)
 	def(&o.ConnectTimeout, 10*time.Second)
-	def(&o.Health.BackoffMin, time.Second)
-	def(&o.Health.BackoffMax, time.Minute)
-	if o.Health.FailureThreshold <= 0 {
-		o.Health.FailureThreshold = 3
-	}
+	o.Health.setDefaults()
 	if o.MaxUpstreamBody <= 0 {
 		o.MaxUpstreamBody = 64 << 20
 	}
@@ -208,6 +204,9 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	}
 	able, err := checkCapabilities(m, needs, cr.Param)
 	if err != nil {
+		return err
+	}
+	if able, err = honouring(m, able, cr); err != nil {
 		return err
 	}
 	b, node, err := r.picker.route(m, able, nil)
@@ -424,7 +423,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, &tollgate.Error{Code: tollgate.CodeBackendUnavailable, RetryAfter: 2, Err: err,
 				Message: "no backend of model " + x.model.ID + " can take the request now; retry shortly"}
 		} else {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 		}
 		return nil, err
 	}
@@ -467,7 +466,9 @@ func classHeader(c tollgate.BackendClass) []string {
 func (x *exchange) classifyStatus(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
+	} else {
+		x.upstreamOK() // a 4xx is the node answering
 	}
 	e := openai.ClassifyUpstreamError(x.node.Flavour, resp.StatusCode, body)
 	x.r.log.Warn("upstream error", "request_id", x.call.RequestID, "node", x.node.Name, "status", resp.StatusCode, "code", e.Code)
@@ -492,15 +493,15 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return x.transportError(ctx, req, err)
 	}
 	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return err
 	}
-	x.node.reportSuccess()
+	x.upstreamOK()
 	u := nr.FinalUsage(x.promptEstimate)
 	cost, err := x.cost(u)
 	if err != nil {
@@ -538,7 +539,7 @@ func (x *exchange) transportError(ctx context.Context, req *http.Request, err er
 		return &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "client closed the request", Err: err}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return &tollgate.Error{Code: tollgate.CodeTimeout, Err: err,
 			Message: fmt.Sprintf("the model produced no answer within %s; the request was cancelled and not charged", x.r.opts.NonStreamTimeout)}
 	}

@@ -74,7 +74,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		// below. A node that takes a request and never answers it is failing
 		// (passive health counts timeouts, as for non-streamed requests).
 		readErr = err
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 	case err != nil:
 		failure = x.transportError(ctx, req, err)
 	case resp.StatusCode/100 != 2:
@@ -85,7 +85,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		if !isEventStream(resp.Header.Get("Content-Type")) {
 			// A server that answers a stream with one JSON body is reporting an error.
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 			failure = openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 			break
 		}
@@ -147,9 +147,9 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	}
 	if resp != nil && resp.StatusCode/100 == 2 {
 		if failure != nil && !clientGone {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 		} else if served {
-			x.node.reportSuccess()
+			x.upstreamOK()
 		}
 	}
 

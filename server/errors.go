@@ -14,7 +14,7 @@ import (
 func statusOf(c tollgate.Code) int {
 	switch c {
 	case tollgate.CodeInvalidJSON, tollgate.CodeInvalidRequest, tollgate.CodeCapabilityNotSupported,
-		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeInvalidIdempotencyKey,
+		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeParameterNotSupported, tollgate.CodeInvalidIdempotencyKey,
 		tollgate.CodeContextLengthExceeded:
 		return http.StatusBadRequest
 	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,

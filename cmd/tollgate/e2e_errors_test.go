@@ -608,20 +608,63 @@ func TestModelsAndPricing(t *testing.T) {
 }
 
 // A node that takes streamed requests and never answers them (not even
-// their headers) is taken out like one that times out non-streamed requests:
-// after health.failure_threshold (3) such streams, the next request finds no
-// node that can take it.
+// their headers) is ejected like one that times out non-streamed requests:
+// after health.failure_threshold (3) such streams on it, outlier detection
+// takes it out while its /health still answers 200. Of a backend's two nodes
+// at most one (max_ejected_percent 50) is ejected, and a backend's last node
+// up by its probes never is.
 func TestStreamHeaderTimeoutsTakeTheNodeOut(t *testing.T) {
-	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 50ms\n  stream_idle: 200ms\n"})
-	hung := `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim fault=hang]"}]}`
-	for i := range 3 {
+	// Two nodes on one simulator: a different key makes a different node.
+	t.Setenv("TG_TEST_NODE_A_KEY", "a")
+	t.Setenv("TG_TEST_NODE_B_KEY", "b")
+	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 50ms\n  stream_idle: 200ms\n",
+		models: `
+  - id: two-nodes
+    kind: chat
+    context_length: 32768
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: up-vllm
+        rates: {input: "1", output: "2"}
+        nodes:
+          - {name: node-a, url: "{{flav-vllm}}/v1", key_env: TG_TEST_NODE_A_KEY, flavour: vllm}
+          - {name: node-b, url: "{{flav-vllm}}/v1", key_env: TG_TEST_NODE_B_KEY, flavour: vllm}
+`})
+	hung := `{"model":"two-nodes","stream":true,"messages":[{"role":"user","content":"x [sim fault=hang]"}]}`
+	for i := range 6 { // three on each node: the picker alternates
 		status, _, b := h.post("/v1/chat/completions", hung, nil)
 		if status != 200 || !bytes.Contains(b, []byte(`"code":"timeout"`)) {
 			t.Fatalf("hung stream %d: %d %s", i, status, b)
 		}
 	}
-	status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm",`+hiMessages+`}`, nil)
-	expectError(t, status, b, 503, "backend_unavailable", "")
+	m, _ := h.main.Relay.Catalog().Lookup("two-nodes")
+	nodes := m.Backends[0].Nodes
+	ejected := map[string]bool{}
+	for _, n := range nodes {
+		ejected[n.Name] = n.Ejected(time.Now())
+	}
+	if len(ejected) != 2 || ejected["node-a"] == ejected["node-b"] {
+		t.Fatalf("after three hung streams on each of two nodes: ejected %v, want exactly one", ejected)
+	}
+	for range 3 {
+		status, hdr, b := h.post("/v1/chat/completions", `{"model":"two-nodes",`+hiMessages+`}`, nil)
+		if status != 200 || ejected[hdr.Get("X-Tollgate-Node")] {
+			t.Fatalf("next request: %d on %q %s, want 200 from the node not ejected", status, hdr.Get("X-Tollgate-Node"), b)
+		}
+	}
+
+	// A single-node backend keeps its node: the failures reach the clients,
+	// and a good answer is served as soon as the node gives one.
+	hungOne := strings.ReplaceAll(hung, "two-nodes", "flav-vllm")
+	for i := range 3 {
+		if status, _, b := h.post("/v1/chat/completions", hungOne, nil); status != 200 || !bytes.Contains(b, []byte(`"code":"timeout"`)) {
+			t.Fatalf("hung stream %d on a single node: %d %s", i, status, b)
+		}
+	}
+	if status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm",`+hiMessages+`}`, nil); status != 200 {
+		t.Fatalf("the last node of a backend was taken out: %d %s", status, b)
+	}
 }
 
 // A node that refused connections is out; when it answers its health

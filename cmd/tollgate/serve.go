@@ -90,9 +90,15 @@ func (m *Main) Open(ctx context.Context) error {
 		ConnectTimeout:   cfg.Timeouts.Connect.D(),
 		MaxSearches:      cfg.Search.MaxSearches,
 		Health: relay.HealthPolicy{
-			FailureThreshold: cfg.Health.FailureThreshold,
-			BackoffMin:       cfg.Health.BackoffMin.D(),
-			BackoffMax:       cfg.Health.BackoffMax.D(),
+			FailureThreshold:  cfg.Health.FailureThreshold,
+			BackoffMin:        cfg.Health.BackoffMin.D(),
+			BackoffMax:        cfg.Health.BackoffMax.D(),
+			FailurePercent:    cfg.Health.FailurePercent,
+			Window:            cfg.Health.Window.D(),
+			MinRequests:       cfg.Health.MinRequests,
+			EjectionBase:      cfg.Health.EjectionBase.D(),
+			EjectionMax:       cfg.Health.EjectionMax.D(),
+			MaxEjectedPercent: cfg.Health.MaxEjectedPercent,
 		},
 	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
