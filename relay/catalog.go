@@ -64,6 +64,9 @@ type Node struct {
 
 	inflight atomic.Int64
 	health   nodeHealth
+	// Counted since start, for metrics: failed requests and probes, and
+	// times the node was taken out of rotation (down or ejected).
+	failedTotal, takenOut atomic.Int64
 	authOnce sync.Once
 	authHdr  []string
 	nameOnce sync.Once
@@ -266,6 +269,7 @@ func (n *Node) reportSuccess() {
 // reportFailure records a failed probe; immediate (a refused connection,
 // probe or request) takes the node down now.
 func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
+	n.failedTotal.Add(1)
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()
 	failures := n.health.failures.Add(1)
@@ -282,6 +286,7 @@ func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
 	}
 	n.health.downUntil = now.Add(n.health.backoff)
 	n.health.down.Store(true)
+	n.takenOut.Add(1)
 }
 
 // probeDue reports whether a down node's backoff has passed (time for a probe).

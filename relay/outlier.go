@@ -114,6 +114,7 @@ func (n *Node) requestOK(p *HealthPolicy, now time.Time) {
 // request went through; nil checks no share).
 func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) {
 	o := &n.health.outlier
+	n.failedTotal.Add(1)
 	n.record(p, now, true)
 	cons := o.consecutive.Add(1)
 	if cons < int64(p.FailureThreshold) {
@@ -140,6 +141,7 @@ func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) {
 	end := now.Add(d)
 	o.lastEnd = end
 	o.ejectedUntil.Store(end.UnixNano())
+	n.takenOut.Add(1)
 	// A node back from ejection starts with clean counters.
 	o.consecutive.Store(0)
 	for i := range o.buckets {
