@@ -67,12 +67,12 @@ type Node struct {
 	// Counted since start, for metrics: failed requests and probes, and
 	// times the node was taken out of rotation (down or ejected).
 	failedTotal, takenOut atomic.Int64
-	authOnce sync.Once
-	authHdr  []string
-	nameOnce sync.Once
-	nameHdr  []string // X-Tollgate-Node's value, shared by every response
-	h1Once   sync.Once
-	h1       atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
+	authOnce              sync.Once
+	authHdr               []string
+	nameOnce              sync.Once
+	nameHdr               []string // X-Tollgate-Node's value, shared by every response
+	h1Once                sync.Once
+	h1                    atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
 }
 
 // Dials is how many connections the node's synchronous client has opened

@@ -20,4 +20,3 @@ func (r *Relay) NodeStats() []metrics.NodeStat {
 	}
 	return out
 }
-
