@@ -44,8 +44,29 @@ func (c NodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reports each node; nodes that share a name and class (every
+// fallback backend is a node named "fallback") are summed into one series,
+// up only when all of them are.
 func (c NodeCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ name, class string }
+	merged := map[key]*NodeStat{}
+	var order []key
 	for _, n := range c.Source.NodeStats() {
+		k := key{n.Name, n.Class}
+		if m := merged[k]; m != nil {
+			m.Healthy = m.Healthy && n.Healthy
+			m.Outstanding += n.Outstanding
+			m.MaxConcurrent += n.MaxConcurrent
+			m.Failures += n.Failures
+			m.TakenOut += n.TakenOut
+			continue
+		}
+		n := n
+		merged[k] = &n
+		order = append(order, k)
+	}
+	for _, k := range order {
+		n := merged[k]
 		up := 0.0
 		if n.Healthy {
 			up = 1

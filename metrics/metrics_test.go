@@ -34,7 +34,8 @@ func scrape(t *testing.T, m *Metrics) string {
 
 func TestObserveRequest(t *testing.T) {
 	m := New(Build{Version: "v1.2.3", Commit: "abc", GoVersion: "go1.26"})
-	m.Registry.MustRegister(NodeCollector{nodes{{Name: "gpu-a", Class: "network", Healthy: true, Outstanding: 3, MaxConcurrent: 8, Failures: 2, TakenOut: 1}}},
+	m.Registry.MustRegister(NodeCollector{nodes{{Name: "gpu-a", Class: "network", Healthy: true, Outstanding: 3, MaxConcurrent: 8, Failures: 2, TakenOut: 1},
+		{Name: "fallback", Class: "fallback", Healthy: true, Outstanding: 2}, {Name: "fallback", Class: "fallback", Healthy: false, Outstanding: 5}}},
 		BillingCollector{bill{Holds: 5, Refused: 1, Batches: 2, Writing: 3 * time.Millisecond, UncollectedAmount: 1_500_000_000_000}})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Stream: true, Duration: 2 * time.Second,
 		TTFT: 300 * time.Millisecond, PromptTokens: 10, CompletionTokens: 20, CachedTokens: 4, CostUSD: 0.25, Searches: 1})
@@ -60,6 +61,8 @@ func TestObserveRequest(t *testing.T) {
 		`tollgate_node_up{class="network",node="gpu-a"} 1`,
 		`tollgate_node_outstanding_requests{class="network",node="gpu-a"} 3`,
 		`tollgate_node_taken_out_total{class="network",node="gpu-a"} 1`,
+		`tollgate_node_outstanding_requests{class="fallback",node="fallback"} 7`,
+		`tollgate_node_up{class="fallback",node="fallback"} 0`,
 		`tollgate_billing_holds_refused_total 1`,
 		`tollgate_billing_batch_write_seconds_total 0.003`,
 		`tollgate_billing_uncollected_usd_total 1.5`,

@@ -67,6 +67,14 @@ type Deps struct {
 	// Search runs web searches; nil: web search is off and
 	// web_search_options is refused.
 	Search Searcher
+	// Streams counts the streams in flight (a metrics gauge); may be nil.
+	Streams Gauge
+}
+
+// Gauge is a number that goes up and down (prometheus.Gauge).
+type Gauge interface {
+	Inc()
+	Dec()
 }
 
 // Relay serves chat completions. It is safe for concurrent use; the catalogue
@@ -80,6 +88,7 @@ type Relay struct {
 	traffic TrafficCounter
 	biller  tollgate.Biller
 	search  Searcher
+	streams Gauge
 	log     *slog.Logger
 	now     func() time.Time
 	bufs    sync.Pool
@@ -110,6 +119,7 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		traffic: deps.Traffic,
 		biller:  deps.Biller,
 		search:  deps.Search,
+		streams: deps.Streams,
 		log:     log,
 		now:     time.Now,
 	}
@@ -168,6 +178,10 @@ type Call struct {
 	Cost         tollgate.Amount
 	Outcome      string // served, failed, disconnected, ...
 	UpstreamTime time.Duration
+	Stream       bool          // the client asked for a stream
+	FirstToken   time.Time     // when the first generated token was sent (streams)
+	ErrorCode    tollgate.Code // a failure delivered inside a stream
+	Searches     int64         // web searches charged
 }
 
 // ServeChat handles POST /v1/chat/completions for an authenticated call. It
@@ -212,6 +226,11 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	b, node, err := r.picker.route(m, able, nil)
 	if err != nil {
 		return err
+	}
+	call.Stream = cr.Stream
+	if cr.Stream && r.streams != nil {
+		r.streams.Inc()
+		defer r.streams.Dec()
 	}
 	if webSearch {
 		return r.serveSearch(w, req, call, cr, m, b, node)

@@ -516,6 +516,7 @@ func (sr *searchRequest) settle() (openai.Usage, tollgate.Amount, error) {
 		return u, 0, fmt.Errorf("price request: %w", err)
 	}
 	sr.x.searches = sr.searches
+	sr.x.call.Searches = sr.searches
 	cost = sr.x.settle(u, cost)
 	sr.x.call.Usage, sr.x.call.Cost = u, cost
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {

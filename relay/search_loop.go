@@ -248,8 +248,16 @@ func (ss *searchStream) delta(member, text string) bool {
 	q, _ := json.Marshal(text)
 	d = append(d, q...)
 	d = append(d, '}')
+	first := !ss.forwarded
 	ss.forwarded = true
-	return ss.chunk(d, "")
+	ok := ss.chunk(d, "")
+	if first && ok {
+		// The first token leaves at once, not with what arrived with it:
+		// time to first token is what a streaming client waits on.
+		ss.s.flush()
+		ss.sr.x.call.FirstToken = ss.sr.x.r.now()
+	}
+	return ok
 }
 
 func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error {
@@ -365,6 +373,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 		if !errors.As(failure, &te) {
 			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
 		}
+		x.call.ErrorCode = te.Code
 		data(openai.ErrorEvent(te))
 	} else {
 		out = append(out, openai.DoneEvent...)

@@ -20,3 +20,24 @@ func (r *Relay) NodeStats() []metrics.NodeStat {
 	}
 	return out
 }
+
+// Unservable lists the models none of whose nodes is in rotation (up by its
+// probes and not ejected): readiness reports them.
+func (r *Relay) Unservable() []string {
+	now := r.now()
+	var out []string
+	for _, m := range r.catalog.Load().Models {
+		ok := false
+		for _, b := range m.Backends {
+			for _, n := range b.Nodes {
+				if n.Healthy() && !n.Ejected(now) {
+					ok = true
+				}
+			}
+		}
+		if !ok {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}

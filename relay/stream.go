@@ -120,6 +120,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 				// a burst that arrived with them: time to first token is
 				// what a streaming client waits on.
 				firstToken = true
+				x.call.FirstToken = x.r.now()
 				s.flush()
 			}
 		}
@@ -199,6 +200,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		if !errors.As(failure, &te) {
 			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
 		}
+		x.call.ErrorCode = te.Code
 		s.buf = openai.AppendData(s.buf, openai.ErrorEvent(te))
 	} else {
 		s.buf = append(s.buf, openai.DoneEvent...)

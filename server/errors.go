@@ -62,6 +62,9 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
 	}
 	status := statusOf(e.Code)
+	if ri := infoFrom(w); ri != nil {
+		ri.code = e.Code
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -43,6 +44,7 @@ func (g *requestIDs) next() string {
 type requestInfo struct {
 	id   string
 	call *relay.Call
+	code tollgate.Code // the error answered (WriteError), if any
 	// bodyDeadline: the body's read deadline is set (bodyDeadlineFor) and
 	// not yet cleared; bodyRead: the handler read the body to its end.
 	bodyDeadline, bodyRead bool
@@ -122,6 +124,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.BodyTimeout))
 			ri.bodyDeadline = true
 		}
+		chat := s.Metrics != nil && r.URL.Path == "/v1/chat/completions"
+		if chat {
+			s.Metrics.InflightRequests.Inc()
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -134,6 +140,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			}
 			if ri.bodyDeadline {
 				_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+			}
+			if chat {
+				s.Metrics.InflightRequests.Dec()
+				s.observe(sw, ri, start)
 			}
 			if s.Log.Enabled(r.Context(), slog.LevelInfo) {
 				// The line is made once the client has the response:
@@ -176,4 +186,44 @@ func (s *Server) logRequest(r *http.Request, sw *statusWriter, ri *requestInfo, 
 		}
 	}
 	s.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+}
+
+// observe records a finished chat request in the metrics.
+func (s *Server) observe(sw *statusWriter, ri *requestInfo, start time.Time) {
+	m := metrics.Request{Status: sw.status, Code: string(ri.code), Duration: time.Since(start)}
+	if m.Status == 0 {
+		m.Status = http.StatusOK // a client gone before anything was written
+	}
+	switch ri.code {
+	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,
+		tollgate.CodeAPIKeyExpired, tollgate.CodeAccountDisabled:
+		s.Metrics.AuthFailure(string(ri.code))
+	case tollgate.CodeIdempotencyKeyInFlight:
+		s.Metrics.Idempotency("in_flight")
+	case tollgate.CodeIdempotencyKeyReused:
+		s.Metrics.Idempotency("reused")
+	}
+	if sw.Header().Get("Idempotent-Replayed") == "true" {
+		s.Metrics.Idempotency("replayed")
+	}
+	if c := ri.call; c != nil {
+		m.Model, m.Class, m.Stream = c.Model, string(c.Backend), c.Stream
+		if m.Code == "" {
+			m.Code = string(c.ErrorCode)
+		}
+		if !c.FirstToken.IsZero() {
+			m.TTFT = c.FirstToken.Sub(start)
+		}
+		u := c.Usage
+		m.PromptTokens, m.CompletionTokens = u.PromptTokens, u.CompletionTokens
+		if u.CachedTokens != nil {
+			m.CachedTokens = *u.CachedTokens
+		}
+		if u.ReasoningTokens != nil {
+			m.ReasoningTokens = *u.ReasoningTokens
+		}
+		m.CostUSD = float64(c.Cost) / 1e12 // picodollars; approximate by design
+		m.Searches = c.Searches
+	}
+	s.Metrics.ObserveRequest(&m)
 }

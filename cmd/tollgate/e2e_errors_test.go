@@ -456,16 +456,23 @@ func TestStreamKeepAliveGaps(t *testing.T) {
 	}
 }
 
-// Shutting down stops every listener from accepting at once: the admin
-// listener does not go on taking connections while a stream on the API
-// listener finishes (which it does, within the deadline).
-func TestShutdownStopsEveryListenerAtOnce(t *testing.T) {
+// Shutting down: /readyz turns 503 "shutting down" at once, the api
+// listener stops accepting while its running stream finishes, and the admin
+// listener answers until the drain is over, then stops too.
+func TestShutdownDrainsBehindReadiness(t *testing.T) {
 	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n"})
-	admin := h.main.Addr("admin")
-	if c, err := net.Dial("tcp", admin); err != nil {
-		t.Fatalf("admin listener before the shutdown: %v", err)
-	} else {
-		c.Close()
+	admin, api := h.main.Addr("admin"), h.main.Addr("api")
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, body := readyz(); st != 200 {
+		t.Fatalf("readyz before the shutdown: %d %s", st, body)
 	}
 	streamDone := make(chan []byte, 1)
 	go func() {
@@ -480,15 +487,22 @@ func TestShutdownStopsEveryListenerAtOnce(t *testing.T) {
 		closed <- h.main.Close(ctx)
 	}()
 	time.Sleep(200 * time.Millisecond)
-	if c, err := net.Dial("tcp", admin); err == nil {
+	if st, body := readyz(); st != 503 || !strings.Contains(body, `"reason":"shutting down"`) {
+		t.Errorf("readyz while draining: %d %s, want 503 shutting down", st, body)
+	}
+	if c, err := net.Dial("tcp", api); err == nil {
 		c.Close()
-		t.Error("the admin listener still accepts connections while the API listener drains")
+		t.Error("the api listener still accepts connections while it drains")
 	}
 	if b := <-streamDone; !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
 		t.Errorf("the running stream did not finish: %s", b)
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("close: %v", err)
+	}
+	if c, err := net.Dial("tcp", admin); err == nil {
+		c.Close()
+		t.Error("the admin listener still accepts connections after the shutdown")
 	}
 }
 

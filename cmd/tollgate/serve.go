@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/auth"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
@@ -41,8 +43,10 @@ type Main struct {
 	Relay   *relay.Relay
 	Biller  *billing.Biller // nil when billing.disabled
 	Server  *server.Server
+	Metrics *metrics.Metrics
 
 	servers  []*http.Server
+	names   []string // each server's listener name
 	inflight atomic.Int64      // handlers running, on every listener
 	addrs    map[string]string // listener name -> actual address
 	cancel   context.CancelFunc
@@ -70,7 +74,8 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Traffic = traffic.NewCounter(st, traffic.CounterOptions{FlushInterval: cfg.Traffic.Flush.D(), Logger: m.Log})
 	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
 	cat := relay.NewCatalog(cfg, nil)
-	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log}
+	m.Metrics = metrics.New(buildInfo())
+	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log, Streams: m.Metrics.InflightStreams}
 	if svc, err := search.FromConfig(&cfg.Search, nil); err != nil {
 		st.Close()
 		return err
@@ -104,6 +109,8 @@ func (m *Main) Open(ctx context.Context) error {
 		},
 	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
+	m.Server.Metrics = m.Metrics
+	m.Server.Version = buildInfo().Version
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
@@ -165,6 +172,7 @@ func (m *Main) Open(ctx context.Context) error {
 			srv.Protocols.SetUnencryptedHTTP2(true)
 		}
 		m.servers = append(m.servers, srv)
+		m.names = append(m.names, name)
 		go func() {
 			var err error
 			if tlsOn {
@@ -186,7 +194,21 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(adminRoutes(cfg, st, m.Log))); err != nil {
+	m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay})
+	if m.Biller != nil {
+		m.Metrics.Registry.MustRegister(metrics.BillingCollector{Source: m.Biller})
+	}
+	routes := adminRoutes(cfg, st, m.Log)
+	if routes == nil {
+		routes = map[string]http.Handler{}
+	}
+	routes["/metrics"] = m.Metrics.Handler()
+	routes["/debug/pprof/"] = m.Server.RequireBearer(cfg.AdminToken, http.HandlerFunc(pprof.Index))
+	for _, name := range []string{"cmdline", "profile", "symbol", "trace"} {
+		h := map[string]http.HandlerFunc{"cmdline": pprof.Cmdline, "profile": pprof.Profile, "symbol": pprof.Symbol, "trace": pprof.Trace}[name]
+		routes["/debug/pprof/"+name] = m.Server.RequireBearer(cfg.AdminToken, h)
+	}
+	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(routes)); err != nil {
 		m.Close(ctx)
 		return err
 	}
@@ -222,8 +244,9 @@ func (m *Main) APIURL() string { return "http://" + m.addrs["api"] + "/v1" }
 // backend call at once) before the biller and the store close.
 const closeDrain = 5 * time.Second
 
-// Close shuts down gracefully: every listener stops accepting at once,
-// running requests get until ctx's deadline to finish, then traffic counts
+// Close shuts down gracefully: /readyz turns 503, the api and public
+// listeners stop accepting at once (the admin listener answers until they
+// are drained), running requests get until ctx's deadline to finish, then traffic counts
 // are flushed and the store closed. Requests still running at the deadline
 // have their connections closed and get closeDrain to charge what they
 // generated. Later calls do nothing and return nil.
@@ -234,12 +257,22 @@ func (m *Main) Close(ctx context.Context) error {
 }
 
 func (m *Main) close(ctx context.Context) error {
-	// Each Shutdown closes its listeners first, then waits: all of them at
-	// once, so the public and admin listeners do not go on accepting while
-	// the API listener's streams finish.
+	// From now on /readyz answers 503: the load balancer stops sending.
+	if m.Server != nil {
+		m.Server.SetDraining()
+	}
+	// Each Shutdown closes its listener first, then waits. The api and
+	// public listeners stop accepting at once and drain together; the admin
+	// listener goes on answering (/readyz's 503, a last /metrics scrape)
+	// until they are done, then stops too.
 	shut := make([]error, len(m.servers))
 	var wg sync.WaitGroup
+	admin := -1
 	for i, s := range m.servers {
+		if m.names[i] == "admin" {
+			admin = i
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -247,6 +280,9 @@ func (m *Main) close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if admin >= 0 {
+		shut[admin] = m.servers[admin].Shutdown(ctx)
+	}
 	var errs []error
 	drain, cancelDrain := context.WithTimeout(context.Background(), closeDrain)
 	defer cancelDrain()
