@@ -46,7 +46,7 @@ type Main struct {
 	Metrics *metrics.Metrics
 
 	servers  []*http.Server
-	names   []string // each server's listener name
+	names    []string          // each server's listener name
 	inflight atomic.Int64      // handlers running, on every listener
 	addrs    map[string]string // listener name -> actual address
 	cancel   context.CancelFunc
