@@ -35,6 +35,7 @@ type Config struct {
 
 	// Idempotency configures Idempotency-Key (config/idempotency.go).
 	Idempotency Idempotency `yaml:"idempotency"`
+	Log         Log         `yaml:"log"`
 
 	// Search configures web search (config/search.go).
 	Search Search `yaml:"search"`
@@ -361,6 +362,7 @@ func (c *Config) setDefaults() {
 	def(&c.Traffic.ShareCache, 10*time.Second)
 	c.Idempotency.setDefaults()
 	c.Search.setDefaults()
+	c.Log.setDefaults()
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
 			c.Models[i].OwnedBy = "tollgate"
@@ -478,6 +480,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	}
 	c.Idempotency.validate(bad)
 	c.Search.validate(getenv, backendSecrets, bad)
+	c.Log.validate(bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}

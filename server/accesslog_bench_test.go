@@ -34,6 +34,6 @@ func BenchmarkAccessLogLine(b *testing.B) {
 		Model: "bench", Backend: tollgate.ClassNetwork, Node: "sim", Usage: openai.Usage{PromptTokens: 25, CompletionTokens: 16},
 		Cost: 8_900_000, Outcome: "served"}
 	for b.Loop() {
-		s.logRequest(r, sw, &sw.ri, 372*time.Microsecond)
+		s.logRequest(r, sw, &sw.ri, time.Now(), 372*time.Microsecond)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -153,39 +154,73 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				if sw.sent(r) {
 					sw.Flush()
 				}
-				s.logRequest(r, sw, ri, d)
+				s.logRequest(r, sw, ri, start, d)
 			}
 		}()
 		next.ServeHTTP(sw, r)
 	})
 }
 
-func (s *Server) logRequest(r *http.Request, sw *statusWriter, ri *requestInfo, d time.Duration) {
-	attrs := make([]slog.Attr, 0, 14)
+// logRequest writes the request's line: what an operator needs to follow
+// a request and its money, never a key, a prompt or an answer
+// (docs/operations.md, "Request log").
+func (s *Server) logRequest(r *http.Request, sw *statusWriter, ri *requestInfo, start time.Time, d time.Duration) {
+	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,
 		slog.String("request_id", ri.id),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.Int("status", sw.status),
 		slog.Int64("bytes", sw.bytes),
-		slog.Duration("duration", d),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1e3),
+		slog.String("client", clientHost(r.RemoteAddr)),
 	)
+	if ri.code != "" {
+		attrs = append(attrs, slog.String("error_code", string(ri.code)))
+	}
+	if sw.Header().Get("Idempotent-Replayed") == "true" {
+		attrs = append(attrs, slog.Bool("idempotent_replay", true))
+	}
 	if c := ri.call; c != nil {
-		attrs = append(attrs, slog.String("account", c.Account.ID), slog.String("key", c.Key.ID))
+		attrs = append(attrs, slog.String("account", c.Account.ID), slog.String("key_prefix", c.Key.Prefix))
 		if c.Model != "" {
-			attrs = append(attrs, slog.String("model", c.Model))
+			attrs = append(attrs, slog.String("model", c.Model), slog.Bool("stream", c.Stream))
 		}
 		if c.Backend != "" {
+			u := c.Usage
 			attrs = append(attrs,
 				slog.String("backend", string(c.Backend)), slog.String("node", c.Node),
-				slog.Int64("prompt_tokens", c.Usage.PromptTokens), slog.Int64("completion_tokens", c.Usage.CompletionTokens),
-				slog.String("cost", c.Cost.String()), slog.Bool("estimated", c.Usage.Estimated))
+				slog.Int64("prompt_tokens", u.PromptTokens), slog.Int64("completion_tokens", u.CompletionTokens))
+			if u.CachedTokens != nil {
+				attrs = append(attrs, slog.Int64("cached_tokens", *u.CachedTokens))
+			}
+			if u.ReasoningTokens != nil {
+				attrs = append(attrs, slog.Int64("reasoning_tokens", *u.ReasoningTokens))
+			}
+			attrs = append(attrs, slog.String("cost", c.Cost.String()), slog.Bool("estimated", u.Estimated))
+			if c.Searches > 0 {
+				attrs = append(attrs, slog.Int64("searches", c.Searches))
+			}
+		}
+		if !c.FirstToken.IsZero() {
+			attrs = append(attrs, slog.Float64("ttft_ms", float64(c.FirstToken.Sub(start).Microseconds())/1e3))
+		}
+		if c.ErrorCode != "" && ri.code == "" {
+			attrs = append(attrs, slog.String("error_code", string(c.ErrorCode)))
 		}
 		if c.Outcome != "" {
 			attrs = append(attrs, slog.String("outcome", c.Outcome))
 		}
 	}
 	s.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+}
+
+// clientHost is the client's address without its port.
+func clientHost(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
 }
 
 // observe records a finished chat request in the metrics.

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // adminGet fetches a path of the admin listener with an optional token.
@@ -134,5 +138,76 @@ func TestReadyzNamesAModelWithoutNodes(t *testing.T) {
 	st, body := h.adminGet(t, "/readyz", "")
 	if st != 503 || !strings.Contains(body, "flav-vllm") {
 		t.Fatalf("readyz with flav-vllm's only node down: %d %s", st, body)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// One JSON line per request with the documented fields, for a streamed and
+// a non-streamed request, and never the key or the prompt.
+func TestRequestLogLines(t *testing.T) {
+	var buf syncBuffer
+	h := newHarness(t, harnessOptions{log: slog.New(slog.NewJSONHandler(&buf, nil))})
+	const prompt = "a very secret prompt 7f3a"
+	for _, stream := range []string{"false", "true"} {
+		if st, _, _ := h.post("/v1/chat/completions", `{"model":"flav-vllm","stream":`+stream+`,"messages":[{"role":"user","content":"`+prompt+`"}]}`, nil); st != 200 {
+			t.Fatalf("stream=%s: %d", stream, st)
+		}
+	}
+	h.post("/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	var lines []map[string]any
+	for time.Now().Before(deadline) {
+		lines = lines[:0]
+		for _, l := range strings.Split(buf.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" {
+				lines = append(lines, m)
+			}
+		}
+		if len(lines) >= 3 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d request lines:\n%s", len(lines), buf.String())
+	}
+	for i, l := range lines[:2] {
+		for _, k := range []string{"time", "request_id", "account", "key_prefix", "model", "backend", "node", "status",
+			"prompt_tokens", "completion_tokens", "cost", "duration_ms", "client"} {
+			if _, ok := l[k]; !ok {
+				t.Errorf("line %d lacks %s: %v", i, k, l)
+			}
+		}
+		if _, ok := l["cost"].(string); !ok {
+			t.Errorf("cost is not a decimal string: %v", l["cost"])
+		}
+	}
+	if _, ok := lines[1]["ttft_ms"]; !ok {
+		t.Errorf("the stream's line has no ttft_ms: %v", lines[1])
+	}
+	if lines[2]["error_code"] != "model_not_found" {
+		t.Errorf("the failed request's line: %v", lines[2])
+	}
+	all := buf.String()
+	if strings.Contains(all, h.key) || strings.Contains(all, prompt) {
+		t.Error("a key or the prompt reached the log")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -333,7 +334,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	configPath := fs.String("config", defaultConfigPath(), "config file (env TOLLGATE_CONFIG)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level of the config; default info)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate serve [--config FILE]")
 		fmt.Fprintln(c.stderr, "\nRuns the service until SIGINT or SIGTERM, then drains running requests.")
@@ -342,14 +343,23 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return flagErr(err)
 	}
-	log, err := newLogger(c.stderr, *logLevel)
-	if err != nil {
-		return usageError{err.Error()}
+	if *logLevel != "" {
+		if _, err := newLogger(c.stderr, *logLevel); err != nil {
+			return usageError{err.Error()}
+		}
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
 		return err
 	}
+	if *logLevel != "" {
+		cfg.Log.Level = *logLevel
+	}
+	log, closeLog, err := configLogger(cfg, c.stderr, c.stdout)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	m := &Main{Config: cfg, Log: log}
 	if err := m.Open(ctx); err != nil {
 		return err
@@ -401,11 +411,45 @@ func (m *Main) Reload(path string) error {
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	return newFormatLogger(w, level, "json")
+}
+
+func newFormatLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// configLogger builds the logger the config's log: section asks for. The
+// returned func closes a log file.
+func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, func(), error) {
+	w, done := stderr, func() {}
+	switch out := cfg.Log.Output; out {
+	case "stderr", "":
+	case "stdout":
+		w = stdout
+	default:
+		if !filepath.IsAbs(out) {
+			out = filepath.Join(cfg.Dir, out)
+		}
+		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, nil, fmt.Errorf("log.output: %w", err)
+		}
+		w, done = f, func() { f.Close() }
+	}
+	log, err := newFormatLogger(w, cfg.Log.Level, cfg.Log.Format)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return log, done, nil
 }
 
 func defaultConfigPath() string {
