@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -49,6 +51,8 @@ const demoConfig = `# tollgate demo config: written by 'tollgate demo' at every 
 # the database beside it and are kept across runs.
 listen:
   api: {{api}}
+  admin: {{admin}}                 # /healthz, /readyz, /metrics, the admin API (loopback only)
+admin_token_env: TOLLGATE_DEMO_ADMIN_TOKEN
 store:
   sqlite: tollgate.db
 health:
@@ -155,6 +159,12 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	defer searx.Close()
 	urls["searxng"] = searx.URL()
 	urls["api"] = *listen
+	urls["admin"] = "127.0.0.1:0"
+	adminToken, err := ensureDemoAdminToken(*dir)
+	if err != nil {
+		return err
+	}
+	os.Setenv("TOLLGATE_DEMO_ADMIN_TOKEN", adminToken)
 	if ln, err := net.Listen("tcp", *listen); err != nil {
 		urls["api"] = "127.0.0.1:0"
 	} else {
@@ -198,8 +208,11 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
   curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
   curl -s %s/pricing                       # public rates
 
+  Operators: http://%s/metrics  /healthz  /readyz
+  (admin API and /debug/pprof/: Authorization: Bearer %s)
+
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), cfgPath)
+`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), m.Addr("admin"), adminToken, cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 
@@ -246,4 +259,22 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 		return "", err
 	}
 	return secret, nil
+}
+
+// ensureDemoAdminToken returns the demo's admin token, made on the first run
+// and kept in DIR/admin-token (mode 0600).
+func ensureDemoAdminToken(dir string) (string, error) {
+	path := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
 }

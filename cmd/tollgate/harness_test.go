@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +117,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 `, name, f, f, urls[name], f)
 		}
 	}
-	text := strings.Replace(demoConfig, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
+	// The demo's own admin listener and token are the demo's: a test asks
+	// for an admin listener with o.listen (and its token with extraYAML).
+	demo := regexp.MustCompile(`(?m)^  admin: \{\{admin\}\}.*\n`).ReplaceAllString(demoConfig, "")
+	demo = strings.Replace(demo, "admin_token_env: TOLLGATE_DEMO_ADMIN_TOKEN\n", "", 1)
+	text := strings.Replace(demo, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
 	}
