@@ -48,7 +48,7 @@ func TestOutlierConsecutiveEjectionAndBackoff(t *testing.T) {
 	if !a.Ejected(now) || !a.Ejected(now.Add(999*time.Millisecond)) || a.Ejected(now.Add(time.Second)) {
 		t.Fatal("first ejection: want exactly 1s")
 	}
-	a.reportSuccess() // a good /health probe
+	a.reportReachable() // a good /health probe
 	if !a.Ejected(now) {
 		t.Fatal("a good probe ended an ejection")
 	}
@@ -164,7 +164,7 @@ func TestOutlierMaxEjectedShare(t *testing.T) {
 	_, ss := testModel(solo)
 	x, y := &Node{Name: "x"}, &Node{Name: "y"}
 	_, xs := testModel(x, y)
-	y.reportFailure(p, true, now)
+	y.reportUnreachable(p, true, now)
 	for i := 0; i < 10; i++ {
 		solo.requestFailed(&p, ss[0], now)
 		x.requestFailed(&p, xs[0], now)

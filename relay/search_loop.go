@@ -160,15 +160,15 @@ func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offere
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return nil, x.transportError(ctx, req, err)
 	}
 	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return nil, err
 	}
-	x.node.reportSuccess()
+	x.upstreamOK()
 	t := &turn{usage: nr.FinalUsage(sr.promptEstimate()).Normalize()}
 	var choices []map[string]json.RawMessage
 	if json.Unmarshal(nr.AppendJSON(nil, t.usage, nil), &t.resp) != nil ||
@@ -434,7 +434,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	if err != nil {
 		cause := context.Cause(ctx)
 		if errors.Is(cause, errStreamIdle) || errors.Is(cause, errStreamTotal) {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 			return nil, cause
 		}
 		return nil, x.transportError(ctx, req, err)
@@ -445,7 +445,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	}
 	if !isEventStream(resp.Header.Get("Content-Type")) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return nil, openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 	}
 	er := openai.NewEventReader(resp.Body)
@@ -539,9 +539,9 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	}
 	switch {
 	case served:
-		x.node.reportSuccess()
+		x.upstreamOK()
 	case failure != nil && !clientGone:
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 	}
 	u, reported := norm.Usage()
 	switch {
