@@ -38,6 +38,7 @@ const (
 	CodeBackendUnavailable               Code = "backend_unavailable"
 	CodeSearchUnavailable                Code = "search_unavailable" // the web search provider failed or timed out
 	CodeTimeout                          Code = "timeout"
+	CodeRequestTimeout                   Code = "request_timeout" // the client took too long to send its request body
 	CodeInternal                         Code = "internal_error"
 	CodeUnauthorized                     Code = "unauthorized" // admin API: missing or wrong admin token
 	CodeConflict                         Code = "conflict"     // admin API: the change conflicts with stored state

@@ -49,6 +49,33 @@ type Listen struct {
 	API    string `yaml:"api"`
 	Public string `yaml:"public"`
 	Admin  string `yaml:"admin"`
+	// TLS, when set, serves the listeners it names (all by default) over
+	// TLS, with HTTP/2 offered by ALPN.
+	TLS *ListenTLS `yaml:"tls"`
+}
+
+// ListenTLS is a certificate and its key (PEM files, relative to the config
+// file), and the listeners that serve TLS with them.
+type ListenTLS struct {
+	CertFile  string   `yaml:"cert_file"`
+	KeyFile   string   `yaml:"key_file"`
+	Listeners []string `yaml:"listeners"` // "api", "public", "admin"; default all
+}
+
+// Serves reports whether the named listener serves TLS.
+func (t *ListenTLS) Serves(listener string) bool {
+	if t == nil {
+		return false
+	}
+	if len(t.Listeners) == 0 {
+		return true
+	}
+	for _, l := range t.Listeners {
+		if l == listener {
+			return true
+		}
+	}
+	return false
 }
 
 // Store says where state is kept: SQLite (a file) or PostgreSQL (a URL).
@@ -75,6 +102,10 @@ type Timeouts struct {
 	KeepAlive   Duration `yaml:"keep_alive"`   // default 15s: SSE comment while the backend is silent
 	Connect     Duration `yaml:"connect"`      // default 10s: dialing a backend
 	Shutdown    Duration `yaml:"shutdown"`     // default 30s: graceful shutdown deadline
+	// RequestBody is the longest a client may take to send a request body,
+	// from the handler's first read to its end (default 60s): a body
+	// trickled slower is answered 408 request_timeout.
+	RequestBody Duration `yaml:"request_body"`
 }
 
 // Health configures active and passive health checks of backend nodes.
@@ -298,6 +329,7 @@ func (c *Config) setDefaults() {
 	def(&c.Timeouts.KeepAlive, 15*time.Second)
 	def(&c.Timeouts.Connect, 10*time.Second)
 	def(&c.Timeouts.Shutdown, 30*time.Second)
+	def(&c.Timeouts.RequestBody, 60*time.Second)
 	def(&c.Health.Interval, 10*time.Second)
 	def(&c.Health.Timeout, 2*time.Second)
 	def(&c.Health.BackoffMin, time.Second)
@@ -345,6 +377,18 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	if c.Listen.API == "" {
 		bad("listen.api", "required (e.g. 127.0.0.1:8080)")
 	}
+	if t := c.Listen.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			bad("listen.tls", "needs both cert_file and key_file")
+		} else {
+			t.CertFile, t.KeyFile = c.resolve(t.CertFile), c.resolve(t.KeyFile)
+		}
+		for _, l := range t.Listeners {
+			if l != "api" && l != "public" && l != "admin" {
+				bad("listen.tls.listeners", "%q is not api, public or admin", l)
+			}
+		}
+	}
 	switch {
 	case c.Store.SQLite != "" && c.Store.PostgresURLEnv != "":
 		bad("store", "set either sqlite or postgres_url_env, not both")
@@ -385,6 +429,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		{"timeouts.non_stream", c.Timeouts.NonStream}, {"timeouts.stream_total", c.Timeouts.StreamTotal},
 		{"timeouts.stream_idle", c.Timeouts.StreamIdle}, {"timeouts.keep_alive", c.Timeouts.KeepAlive},
 		{"timeouts.connect", c.Timeouts.Connect}, {"timeouts.shutdown", c.Timeouts.Shutdown},
+		{"timeouts.request_body", c.Timeouts.RequestBody},
 		{"health.timeout", c.Health.Timeout}, {"health.backoff_min", c.Health.BackoffMin},
 		{"health.backoff_max", c.Health.BackoffMax}, {"auth.poll", c.Auth.Poll},
 		{"health.window", c.Health.Window}, {"health.ejection_base", c.Health.EjectionBase},

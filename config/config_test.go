@@ -318,3 +318,19 @@ func TestHealthOutlierSettings(t *testing.T) {
 		}
 	}
 }
+
+// The compose deployment's config (deploy/tollgate.yaml) is valid: PostgreSQL,
+// an admin listener for Prometheus, SearXNG.
+func TestDeployConfigIsValid(t *testing.T) {
+	b, err := os.ReadFile("../deploy/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(b, ".", func(string) string { return "x" })
+	if err != nil {
+		t.Fatalf("deploy/tollgate.yaml: %v", err)
+	}
+	if c.Store.Driver != "postgres" || c.Listen.Admin == "" || c.Search.Provider != "searxng" {
+		t.Errorf("store %q, admin %q, search %q", c.Store.Driver, c.Listen.Admin, c.Search.Provider)
+	}
+}

@@ -64,12 +64,15 @@ type Node struct {
 
 	inflight atomic.Int64
 	health   nodeHealth
-	authOnce sync.Once
-	authHdr  []string
-	nameOnce sync.Once
-	nameHdr  []string // X-Tollgate-Node's value, shared by every response
-	h1Once   sync.Once
-	h1       atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
+	// Counted since start, for metrics: failed requests and probes, and
+	// times the node was taken out of rotation (down or ejected).
+	failedTotal, takenOut atomic.Int64
+	authOnce              sync.Once
+	authHdr               []string
+	nameOnce              sync.Once
+	nameHdr               []string // X-Tollgate-Node's value, shared by every response
+	h1Once                sync.Once
+	h1                    atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
 }
 
 // Dials is how many connections the node's synchronous client has opened
@@ -266,6 +269,7 @@ func (n *Node) reportReachable() {
 // reportUnreachable records a failed probe; immediate (a refused connection,
 // probe or request) takes the node down now.
 func (n *Node) reportUnreachable(p HealthPolicy, immediate bool, now time.Time) {
+	n.failedTotal.Add(1)
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()
 	failures := n.health.failures.Add(1)
@@ -282,6 +286,7 @@ func (n *Node) reportUnreachable(p HealthPolicy, immediate bool, now time.Time) 
 	}
 	n.health.downUntil = now.Add(n.health.backoff)
 	n.health.down.Store(true)
+	n.takenOut.Add(1)
 }
 
 // probeDue reports whether a down node's backoff has passed (time for a probe).

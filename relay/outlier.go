@@ -115,6 +115,7 @@ func (n *Node) requestOK(p *HealthPolicy, now time.Time) {
 // length when this failure ejected the node, else 0.
 func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) time.Duration {
 	o := &n.health.outlier
+	n.failedTotal.Add(1)
 	n.record(p, now, true)
 	cons := o.consecutive.Add(1)
 	if cons < int64(p.FailureThreshold) {
@@ -141,6 +142,7 @@ func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) time.Du
 	end := now.Add(d)
 	o.lastEnd = end
 	o.ejectedUntil.Store(end.UnixNano())
+	n.takenOut.Add(1)
 	// A node back from ejection starts with clean counters.
 	o.consecutive.Store(0)
 	for i := range o.buckets {

@@ -17,7 +17,7 @@ import (
 // BenchmarkAccessLogLine is what one access log line costs the request's
 // goroutine: formatting a served chat request's line as JSON and writing it
 // to a file, as `tollgate serve` logs at level info. Since session 8 the
-// server does this after the response is sent (httpd.AfterSend).
+// middleware does this after it has flushed the whole response (server/middleware.go).
 //
 //	go test -run '^$' -bench AccessLogLine -benchmem ./server/
 func BenchmarkAccessLogLine(b *testing.B) {

@@ -44,6 +44,8 @@ func statusOf(c tollgate.Code) int {
 		return http.StatusServiceUnavailable
 	case tollgate.CodeTimeout:
 		return http.StatusGatewayTimeout
+	case tollgate.CodeRequestTimeout:
+		return http.StatusRequestTimeout
 	}
 	return http.StatusInternalServerError
 }
@@ -78,7 +80,7 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 
 // HTTPErrorBody renders the HTTP server's own answers to requests it could
 // not read (a malformed request line or header, headers too large, an
-// unsupported Transfer-Encoding; httpd.Server.ErrorBody) in the protocol's
+// unsupported Transfer-Encoding; EnvelopeListener) in the protocol's
 // error envelope, so that every answer of the service has an error.code.
 func HTTPErrorBody(status int, message string) (contentType string, body []byte) {
 	code := tollgate.CodeInvalidRequest

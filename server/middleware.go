@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/httpd"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -28,7 +27,8 @@ func newRequestIDs() *requestIDs {
 }
 
 // NewRequestID returns a request id as the middleware gives every response
-// (for answers made outside it: the HTTP server's own errors).
+// (for answers made outside it: the HTTP server's own errors,
+// EnvelopeListener).
 func (s *Server) NewRequestID() string { return s.ids.next() }
 
 func (g *requestIDs) next() string {
@@ -43,6 +43,9 @@ func (g *requestIDs) next() string {
 type requestInfo struct {
 	id   string
 	call *relay.Call
+	// bodyDeadline: the body's read deadline is set (bodyDeadlineFor) and
+	// not yet cleared; bodyRead: the handler read the body to its end.
+	bodyDeadline, bodyRead bool
 }
 
 // infoFrom returns the request's info from the writer the middleware handed
@@ -59,9 +62,10 @@ func infoFrom(w http.ResponseWriter) *requestInfo {
 // http.ResponseController (flush, write deadlines, trailers).
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
-	ri     requestInfo // in the same allocation
+	status  int
+	bytes   int64
+	flushed bool
+	ri      requestInfo // in the same allocation
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -81,9 +85,22 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Flush() {
+	w.flushed = true
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// sent reports whether the response is complete on the connection once the
+// handler's writes are flushed: a stream (flushed, its end written) or an
+// answer with a Content-Length. Only when the request's body was read to
+// its end: otherwise net/http may yet decide to close the connection, and
+// says so in the header (Connection: close), which must not have left.
+func (w *statusWriter) sent(r *http.Request) bool {
+	if r.ContentLength != 0 && !w.ri.bodyRead {
+		return false
+	}
+	return w.flushed || w.Header().Get("Content-Length") != ""
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -98,6 +115,13 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		ri := &sw.ri
 		ri.id = s.ids.next()
 		w.Header().Set("X-Request-Id", ri.id)
+		if r.ContentLength != 0 && s.BodyTimeout > 0 {
+			// The whole body must arrive within BodyTimeout; readBody
+			// clears the deadline once it has the body (a deadline left
+			// set would cancel a long stream's context when it fires).
+			_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.BodyTimeout))
+			ri.bodyDeadline = true
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -108,13 +132,18 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 					WriteError(sw, s.Log, tollgate.Errorf(tollgate.CodeInternal, "internal error; quote request id %s when reporting it", ri.id))
 				}
 			}
+			if ri.bodyDeadline {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+			}
 			if s.Log.Enabled(r.Context(), slog.LevelInfo) {
-				// The line is made once the response is on its way: the
-				// server sends it when the handler returns, after this.
+				// The line is made once the client has the response:
+				// net/http would send it when the handler returns, after
+				// this, so it is flushed here first when it is whole.
 				d := time.Since(start)
-				if !httpd.AfterSend(sw, func() { s.logRequest(r, sw, ri, d) }) {
-					s.logRequest(r, sw, ri, d)
+				if sw.sent(r) {
+					sw.Flush()
 				}
+				s.logRequest(r, sw, ri, d)
 			}
 		}()
 		next.ServeHTTP(sw, r)

@@ -43,6 +43,9 @@ type Server struct {
 	Now    func() time.Time
 	// Idempotency runs requests with an Idempotency-Key; nil: the header is ignored.
 	Idempotency *idempotency.Keeper
+	// BodyTimeout bounds the time to receive a request body, from the
+	// end of its headers (timeouts.request_body); 0: no bound.
+	BodyTimeout time.Duration
 
 	pricing pricingCache
 	ids     *requestIDs

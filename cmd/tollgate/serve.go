@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,7 +21,6 @@ import (
 	"github.com/tollgate/tollgate/auth"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/httpd"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
@@ -41,10 +42,11 @@ type Main struct {
 	Biller  *billing.Biller // nil when billing.disabled
 	Server  *server.Server
 
-	servers []*httpd.Server
-	addrs   map[string]string // listener name -> actual address
-	cancel  context.CancelFunc
-	bg      sync.WaitGroup
+	servers  []*http.Server
+	inflight atomic.Int64      // handlers running, on every listener
+	addrs    map[string]string // listener name -> actual address
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup
 
 	closeOnce sync.Once
 }
@@ -119,6 +121,16 @@ func (m *Main) Open(ctx context.Context) error {
 	m.background(func() { m.Relay.RunHealthChecks(bgctx, max(cfg.Health.Interval.D(), 0), cfg.Health.Timeout.D()) })
 
 	m.addrs = map[string]string{}
+	m.Server.BodyTimeout = cfg.Timeouts.RequestBody.D()
+	var cert []tls.Certificate
+	if t := cfg.Listen.TLS; t != nil {
+		c, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			m.Close(ctx)
+			return fmt.Errorf("listen.tls: %w", err)
+		}
+		cert = []tls.Certificate{c}
+	}
 	listen := func(name, addr string, h http.Handler) error {
 		if addr == "" {
 			return nil
@@ -128,21 +140,39 @@ func (m *Main) Open(ctx context.Context) error {
 			return fmt.Errorf("listen %s on %s: %w", name, addr, err)
 		}
 		m.addrs[name] = ln.Addr().String()
-		// httpd, not net/http's server: no goroutine per request
-		// (httpd's package comment, docs/performance.md).
-		srv := &httpd.Server{
-			Handler:           h,
+		srv := &http.Server{
+			Handler:           m.counted(h),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    1 << 20,
 			// No write timeout: streams run for up to timeouts.stream_total
-			// and set their own deadline (relay/stream.go).
-			Log:       m.Log.With("listener", name),
-			ErrorBody: server.HTTPErrorBody,
-			RequestID: m.Server.NewRequestID,
+			// and set their own deadline (relay/stream.go); the request
+			// body's read deadline is the middleware's (server/middleware.go).
+			ErrorLog:  slog.NewLogLogger(m.Log.With("listener", name).Handler(), slog.LevelWarn),
+			Protocols: new(http.Protocols),
+		}
+		srv.Protocols.SetHTTP1(true)
+		tlsOn := cfg.Listen.TLS.Serves(name)
+		if tlsOn {
+			srv.Protocols.SetHTTP2(true)
+			srv.TLSConfig = &tls.Config{Certificates: cert, MinVersion: tls.VersionTLS12}
+		} else {
+			ln = server.EnvelopeListener(ln, m.Server.NewRequestID)
+		}
+		if name == "api" {
+			// h2c (HTTP/2 with prior knowledge) for clients and proxies
+			// that multiplex streams over plain TCP.
+			srv.Protocols.SetUnencryptedHTTP2(true)
 		}
 		m.servers = append(m.servers, srv)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, httpd.ErrServerClosed) {
+			var err error
+			if tlsOn {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				m.Log.Error("listener stopped", "listener", name, "err", err)
 			}
 		}()
@@ -161,6 +191,16 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// counted keeps m.inflight, so that Close can wait for the handlers of
+// connections it closed (http.Server.Close forgets them at once).
+func (m *Main) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.inflight.Add(1)
+		defer m.inflight.Add(-1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (m *Main) background(f func()) {
@@ -210,13 +250,20 @@ func (m *Main) close(ctx context.Context) error {
 	var errs []error
 	drain, cancelDrain := context.WithTimeout(context.Background(), closeDrain)
 	defer cancelDrain()
+	cut := false
 	for i, s := range m.servers {
 		if shut[i] != nil {
 			errs = append(errs, shut[i])
 			_ = s.Close()
-			// The closed connections' requests end and settle; the biller
-			// must still be open for their charges.
-			_ = s.Shutdown(drain)
+			cut = true
+		}
+	}
+	// The closed connections' requests end and settle; the biller must
+	// still be open for their charges.
+	for cut && m.inflight.Load() > 0 && drain.Err() == nil {
+		select {
+		case <-drain.Done():
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if m.cancel != nil {
