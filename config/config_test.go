@@ -293,6 +293,32 @@ func TestSearchValidationNamesTheKey(t *testing.T) {
 	}
 }
 
+// The outlier-detection settings of health: defaults, and the ranges refused.
+func TestHealthOutlierSettings(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	c, err := Parse([]byte(minimal), ".", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Health
+	if h.FailurePercent != 50 || h.Window.D() != 30*time.Second || h.MinRequests != 20 ||
+		h.EjectionBase.D() != 30*time.Second || h.EjectionMax.D() != 5*time.Minute || h.MaxEjectedPercent != 50 {
+		t.Fatalf("defaults: %+v", h)
+	}
+	for _, bad := range []struct{ yaml, key string }{
+		{"health: {failure_percent: 101}\n", "health.failure_percent"},
+		{"health: {max_ejected_percent: -1}\n", "health.max_ejected_percent"},
+		{"health: {min_requests: -5}\n", "health.min_requests"},
+		{"health: {ejection_base: 10m, ejection_max: 1m}\n", "health.ejection_base"},
+		{"health: {window: \"off\"}\n", "health.window"},
+		{"health: {failure_threshold: -1}\n", "health.failure_threshold"},
+	} {
+		if _, err := Parse([]byte(minimal+bad.yaml), ".", e); err == nil || !strings.Contains(err.Error(), bad.key) {
+			t.Errorf("%q: %v, want an error naming %s", bad.yaml, err, bad.key)
+		}
+	}
+}
+
 // The compose deployment's config (deploy/tollgate.yaml) is valid: PostgreSQL,
 // an admin listener for Prometheus, SearXNG.
 func TestDeployConfigIsValid(t *testing.T) {

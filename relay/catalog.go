@@ -208,7 +208,7 @@ func defaultHealthURL(base string, f openai.Flavour) string {
 type nodeHealth struct {
 	mu        sync.Mutex
 	down      atomic.Bool
-	failures  atomic.Int64 // consecutive failed probes; written under mu, read without it by reportSuccess's fast path
+	failures  atomic.Int64 // consecutive failed probes; written under mu, read without it by reportReachable's fast path
 	backoff   time.Duration
 	downUntil time.Time
 
@@ -253,9 +253,9 @@ type HealthPolicy struct {
 	MaxEjectedPercent int           // share of a backend's nodes ejected at once, 0-100
 }
 
-// reportSuccess records a good probe: the node is up and its probe failures
+// reportReachable records a good probe: the node is up and its probe failures
 // reset. Outlier state (ejection, failed requests) is not touched.
-func (n *Node) reportSuccess() {
+func (n *Node) reportReachable() {
 	if !n.health.down.Load() && n.health.failures.Load() == 0 {
 		return // fast path without the lock
 	}
@@ -266,9 +266,9 @@ func (n *Node) reportSuccess() {
 	n.health.mu.Unlock()
 }
 
-// reportFailure records a failed probe; immediate (a refused connection,
+// reportUnreachable records a failed probe; immediate (a refused connection,
 // probe or request) takes the node down now.
-func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
+func (n *Node) reportUnreachable(p HealthPolicy, immediate bool, now time.Time) {
 	n.failedTotal.Add(1)
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()

@@ -111,8 +111,9 @@ func (n *Node) requestOK(p *HealthPolicy, now time.Time) {
 
 // requestFailed records a real request the node failed and ejects it when
 // one of the thresholds is crossed and b's share allows (b: the backend the
-// request went through; nil checks no share).
-func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) {
+// request went through; nil checks no share). It returns the ejection's
+// length when this failure ejected the node, else 0.
+func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) time.Duration {
 	o := &n.health.outlier
 	n.failedTotal.Add(1)
 	n.record(p, now, true)
@@ -120,14 +121,14 @@ func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) {
 	if cons < int64(p.FailureThreshold) {
 		total, failed := n.windowCounts(p, now)
 		if total < int64(max(p.MinRequests, 1)) || failed*100 < int64(p.FailurePercent)*total {
-			return
+			return 0
 		}
 	}
 	ejectMu.Lock()
 	defer ejectMu.Unlock()
 	if n.Ejected(now) || (b != nil && !b.mayEject(n, p.MaxEjectedPercent, now)) {
 		// Not ejected: the counters stay, so the next failure asks again.
-		return
+		return 0
 	}
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()
@@ -148,6 +149,7 @@ func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) {
 		o.buckets[i].total.Store(0)
 		o.buckets[i].failed.Store(0)
 	}
+	return d
 }
 
 // mayEject reports whether ejecting n keeps b within its share: at most pct
@@ -198,7 +200,11 @@ func (p *HealthPolicy) setDefaults() {
 // upstreamOK records that the serving node answered a real request.
 func (x *exchange) upstreamOK() { x.node.requestOK(&x.r.opts.Health, x.r.now()) }
 
-// upstreamFailed records that the serving node failed a real request.
+// upstreamFailed records that the serving node failed a real request; an
+// ejection is logged, for the operator.
 func (x *exchange) upstreamFailed() {
-	x.node.requestFailed(&x.r.opts.Health, x.backend, x.r.now())
+	if d := x.node.requestFailed(&x.r.opts.Health, x.backend, x.r.now()); d > 0 {
+		x.r.log.Warn("node ejected: its requests fail", "node", x.node.Name, "model", x.model.ID,
+			"for", d.String(), "request_id", x.call.RequestID)
+	}
 }

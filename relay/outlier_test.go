@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,7 +48,7 @@ func TestOutlierConsecutiveEjectionAndBackoff(t *testing.T) {
 	if !a.Ejected(now) || !a.Ejected(now.Add(999*time.Millisecond)) || a.Ejected(now.Add(time.Second)) {
 		t.Fatal("first ejection: want exactly 1s")
 	}
-	a.reportSuccess() // a good /health probe
+	a.reportReachable() // a good /health probe
 	if !a.Ejected(now) {
 		t.Fatal("a good probe ended an ejection")
 	}
@@ -161,7 +164,7 @@ func TestOutlierMaxEjectedShare(t *testing.T) {
 	_, ss := testModel(solo)
 	x, y := &Node{Name: "x"}, &Node{Name: "y"}
 	_, xs := testModel(x, y)
-	y.reportFailure(p, true, now)
+	y.reportUnreachable(p, true, now)
 	for i := 0; i < 10; i++ {
 		solo.requestFailed(&p, ss[0], now)
 		x.requestFailed(&p, xs[0], now)
@@ -217,8 +220,9 @@ models:
 		t.Fatal(err)
 	}
 	base := time.Second // long enough that a loaded machine ends no ejection early
+	var logged lockedBuffer
 	r := New(NewCatalog(cfg, nil), Options{Health: HealthPolicy{FailureThreshold: 3, EjectionBase: base,
-		EjectionMax: 10 * base, MinRequests: 1000}}, Deps{})
+		EjectionMax: 10 * base, MinRequests: 1000}}, Deps{Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.RunHealthChecks(ctx, 10*time.Millisecond, time.Second)
@@ -251,6 +255,9 @@ models:
 	}
 	if !nodeA.Ejected(time.Now()) {
 		t.Fatal("node a not ejected")
+	}
+	if l := logged.String(); !strings.Contains(l, "node ejected") || !strings.Contains(l, "node=a") || !strings.Contains(l, "for=1s") {
+		t.Fatalf("the ejection was not logged: %s", l)
 	}
 	probesBefore := aProbes.Load()
 	for i := 0; i < 20; i++ {
@@ -294,4 +301,22 @@ models:
 	if nodeB := r.Catalog().Models[0].Backends[0].Nodes[1]; nodeB.Ejected(time.Now()) {
 		t.Fatal("both nodes of the backend ejected")
 	}
+}
+
+// lockedBuffer is a log destination safe for the relay's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
