@@ -334,3 +334,38 @@ func TestDeployConfigIsValid(t *testing.T) {
 		t.Errorf("store %q, admin %q, search %q", c.Store.Driver, c.Listen.Admin, c.Search.Provider)
 	}
 }
+// listen.tls: both files, resolved against the config's directory; only
+// known listener names; timeouts.request_body defaults to 60s.
+func TestListenTLSAndRequestBody(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	withTLS := func(tls string) string {
+		return strings.Replace(minimal, `listen: {api: "127.0.0.1:0"}`, `listen: {api: "127.0.0.1:0", tls: `+tls+`}`, 1)
+	}
+	c, err := Parse([]byte(withTLS(`{cert_file: tls/c.pem, key_file: /k.pem, listeners: [api]}`)), "/etc/tg", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl := c.Listen.TLS; tl.CertFile != "/etc/tg/tls/c.pem" || tl.KeyFile != "/k.pem" || !tl.Serves("api") || tl.Serves("admin") {
+		t.Errorf("tls %+v", tl)
+	}
+	if c.Timeouts.RequestBody.D() != 60*time.Second {
+		t.Errorf("request_body default %v", c.Timeouts.RequestBody.D())
+	}
+	c, _ = Parse([]byte(withTLS(`{cert_file: c, key_file: k}`)), ".", e)
+	if !c.Listen.TLS.Serves("admin") || !c.Listen.TLS.Serves("public") {
+		t.Error("listen.tls without listeners does not serve every listener")
+	}
+	var none *ListenTLS
+	if none.Serves("api") {
+		t.Error("no listen.tls serves TLS")
+	}
+	for doc, key := range map[string]string{
+		withTLS(`{cert_file: c}`):                              "listen.tls",
+		withTLS(`{cert_file: c, key_file: k, listeners: [x]}`): "listen.tls.listeners",
+		minimal + "timeouts: {request_body: \"off\"}\n":        "timeouts.request_body",
+	} {
+		if _, err := Parse([]byte(doc), ".", e); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming %s", doc[:60], err, key)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -128,14 +126,12 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	return r
 }
 
-// h1For returns the node's synchronous HTTP/1.1 client, or nil for https
-// nodes (they go through net/http for TLS and HTTP/2).
+// h1For returns the node's client (upstream.go), made on first use; nil
+// only for a node URL it cannot serve (the config allows none).
 func (r *Relay) h1For(n *Node) *h1Pool {
 	n.h1Once.Do(func() {
-		if strings.HasPrefix(n.BaseURL, "http://") {
-			if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
-				n.h1.Store(p)
-			}
+		if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
+			n.h1.Store(p)
 		}
 	})
 	return n.h1.Load()
@@ -310,7 +306,6 @@ func holdAmount(p tollgate.Prices, promptBound, outputCap int64) (tollgate.Amoun
 
 var (
 	jsonContentType = []string{"application/json"}
-	acceptBoth      = []string{"application/json, text/event-stream"}
 )
 
 // exchange is one request's trip to one backend.
@@ -391,35 +386,15 @@ func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID
 func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		start := x.r.now()
-		var resp *http.Response
-		var err error
-		if h1 := x.r.h1For(x.node); h1 != nil {
-			head := upstreamHead{requestID: x.call.RequestID}
-			if x.node.Key != "" {
-				head.authorization = x.node.authorization()[0]
-			}
-			resp, err = h1.post(ctx, head, x.body)
-		} else {
-			// One map literal with shared, read-only values: the transport only reads them.
-			header := http.Header{
-				"Content-Type": jsonContentType,
-				"Accept":       acceptBoth,
-				"X-Request-Id": {x.call.RequestID},
-			}
-			if x.node.Key != "" {
-				header["Authorization"] = x.node.authorization()
-			}
-			// The transport, not http.Client: a model server's redirect is an
-			// error, not something to follow, and the client's bookkeeping
-			// costs allocations on every request.
-			var req *http.Request
-			req, err = http.NewRequestWithContext(ctx, http.MethodPost, x.node.BaseURL+"/chat/completions", bytes.NewReader(x.body))
-			if err != nil {
-				return nil, fmt.Errorf("build upstream request: %w", err)
-			}
-			req.Header = header
-			resp, err = x.r.client.Transport.RoundTrip(req)
+		h1 := x.r.h1For(x.node)
+		if h1 == nil {
+			return nil, fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 		}
+		head := upstreamHead{requestID: x.call.RequestID}
+		if x.node.Key != "" {
+			head.authorization = x.node.authorization()[0]
+		}
+		resp, err := h1.post(ctx, head, x.body)
 		x.call.UpstreamTime = x.r.now().Sub(start)
 		if err == nil {
 			return resp, nil

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 )
@@ -62,8 +63,11 @@ func (c *envelopeConn) Write(p []byte) (int, error) {
 	msg := string(p[i+len(serverErrorHead):])
 	msg = strings.TrimPrefix(msg, string(p[9:12])+" ")
 	ct, body := HTTPErrorBody(status, msg)
-	var out []byte
-	out = append(out, p[:i]...)
+	// The status line with the standard reason phrase (net/http puts its
+	// message there too: "400 Bad Request: missing required Host header").
+	out := append([]byte("HTTP/1.1 "), p[9:12]...)
+	out = append(out, ' ')
+	out = append(out, http.StatusText(status)...)
 	out = append(out, "\r\nContent-Type: "...)
 	out = append(out, ct...)
 	out = append(out, "\r\nContent-Length: "...)
