@@ -36,6 +36,7 @@ type Config struct {
 	// Idempotency configures Idempotency-Key (config/idempotency.go).
 	Idempotency Idempotency `yaml:"idempotency"`
 	Log         Log         `yaml:"log"`
+	Tracing     Tracing     `yaml:"tracing"`
 
 	// Search configures web search (config/search.go).
 	Search Search `yaml:"search"`
@@ -363,6 +364,7 @@ func (c *Config) setDefaults() {
 	c.Idempotency.setDefaults()
 	c.Search.setDefaults()
 	c.Log.setDefaults()
+	c.Tracing.setDefaults()
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
 			c.Models[i].OwnedBy = "tollgate"
@@ -481,6 +483,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	c.Idempotency.validate(bad)
 	c.Search.validate(getenv, backendSecrets, bad)
 	c.Log.validate(bad)
+	c.Tracing.validate(getenv, backendSecrets, bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}

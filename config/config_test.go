@@ -334,6 +334,7 @@ func TestDeployConfigIsValid(t *testing.T) {
 		t.Errorf("store %q, admin %q, search %q", c.Store.Driver, c.Listen.Admin, c.Search.Provider)
 	}
 }
+
 // listen.tls: both files, resolved against the config's directory; only
 // known listener names; timeouts.request_body defaults to 60s.
 func TestListenTLSAndRequestBody(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
 )
@@ -67,6 +69,8 @@ type Deps struct {
 	Search Searcher
 	// Streams counts the streams in flight (a metrics gauge); may be nil.
 	Streams Gauge
+	// Tracer makes the request's spans (trace.go); nil: no tracing.
+	Tracer trace.Tracer
 }
 
 // Gauge is a number that goes up and down (prometheus.Gauge).
@@ -87,6 +91,7 @@ type Relay struct {
 	biller  tollgate.Biller
 	search  Searcher
 	streams Gauge
+	tracer  trace.Tracer
 	log     *slog.Logger
 	now     func() time.Time
 	bufs    sync.Pool
@@ -118,6 +123,7 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		biller:  deps.Biller,
 		search:  deps.Search,
 		streams: deps.Streams,
+		tracer:  deps.Tracer,
 		log:     log,
 		now:     time.Now,
 	}
@@ -241,7 +247,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m)}
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context()}
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
@@ -249,10 +255,12 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 		if err != nil {
 			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr), "the request's cost bound is out of range")
 		}
+		_, hs := r.span(req.Context(), "hold", trace.SpanKindInternal)
 		x.holdID, err = r.biller.Hold(req.Context(), tollgate.HoldRequest{
 			RequestID: call.RequestID, AccountID: call.Account.ID, KeyID: call.Key.ID, Model: m.ID,
 			Class: b.Class, Amount: amount, TokenBound: promptBound + outCap*cr.N, Time: r.now(),
 		})
+		endSpan(hs, err)
 		if err != nil {
 			return err
 		}
@@ -320,6 +328,11 @@ type exchange struct {
 	promptEstimate int64
 	holdID         string
 	settled        bool
+	// Tracing (trace.go): the request's span context (the parent of the
+	// hold and settle spans), the backend call's span and its traceparent.
+	spanCtx     context.Context
+	backendSpan trace.Span
+	traceparent string
 	searches       int64 // web searches that ran (search requests only)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
@@ -336,6 +349,11 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 	// Not the request's context: the client may be gone, and the charge
 	// must still be written (the Biller sees every operation through).
 	ctx := context.Background()
+	if x.r.tracer != nil {
+		var ss trace.Span
+		_, ss = x.r.span(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(x.spanCtx)), "settle", trace.SpanKindInternal)
+		defer endSpan(ss, nil)
+	}
 	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
 		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
 			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
@@ -390,7 +408,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 		if h1 == nil {
 			return nil, fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 		}
-		head := upstreamHead{requestID: x.call.RequestID}
+		head := upstreamHead{requestID: x.call.RequestID, traceparent: x.traceparent}
 		if x.node.Key != "" {
 			head.authorization = x.node.authorization()[0]
 		}
@@ -474,9 +492,11 @@ func (x *exchange) cost(u openai.Usage) (tollgate.Amount, error) {
 	return x.backend.Prices.Cost(u.PromptTokens, u.CompletionTokens)
 }
 
-func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
+func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err error) {
 	ctx, cancel := context.WithTimeout(req.Context(), x.r.opts.NonStreamTimeout)
 	defer cancel()
+	ctx = x.startBackendSpan(ctx)
+	defer func() { x.endBackendSpan(x.call.Usage, "", err) }()
 	resp, err := x.send(ctx)
 	if err != nil {
 		return x.transportError(ctx, req, err)

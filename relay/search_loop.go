@@ -148,8 +148,16 @@ func (sr *searchRequest) failNonStream(ctx context.Context, req *http.Request, e
 }
 
 // callOnce makes one non-streamed backend call.
-func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offered bool) (*turn, error) {
+func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offered bool) (t *turn, err error) {
 	x := sr.x
+	ctx = x.startBackendSpan(ctx)
+	defer func() {
+		if t != nil {
+			x.endBackendSpan(t.usage, t.finish, err)
+		} else {
+			x.endBackendSpan(openai.Usage{}, "", err)
+		}
+	}()
 	resp, err := x.send(ctx)
 	if err != nil {
 		return nil, x.transportError(ctx, req, err)
@@ -169,7 +177,7 @@ func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offere
 		return nil, err
 	}
 	x.upstreamOK()
-	t := &turn{usage: nr.FinalUsage(sr.promptEstimate()).Normalize()}
+	t = &turn{usage: nr.FinalUsage(sr.promptEstimate()).Normalize()}
 	var choices []map[string]json.RawMessage
 	if json.Unmarshal(nr.AppendJSON(nil, t.usage, nil), &t.resp) != nil ||
 		json.Unmarshal(t.resp["choices"], &choices) != nil || len(choices) == 0 {
@@ -256,6 +264,7 @@ func (ss *searchStream) delta(member, text string) bool {
 		// time to first token is what a streaming client waits on.
 		ss.s.flush()
 		ss.sr.x.call.FirstToken = ss.sr.x.r.now()
+		ss.sr.x.firstTokenEvent()
 	}
 	return ok
 }
@@ -436,9 +445,17 @@ func clientCallsDelta(calls []toolCall, withRole bool) []byte {
 // to the client as they come; tool calls are gathered until the call ends.
 // On a failure the returned turn still carries the usage of what was
 // delivered.
-func (ss *searchStream) call(ctx context.Context, req *http.Request, offered bool) (*turn, error) {
+func (ss *searchStream) call(ctx context.Context, req *http.Request, offered bool) (t *turn, err error) {
 	sr, s := ss.sr, ss.s
 	x := sr.x
+	ctx = x.startBackendSpan(ctx)
+	defer func() {
+		if t != nil {
+			x.endBackendSpan(t.usage, t.finish, err)
+		} else {
+			x.endBackendSpan(openai.Usage{}, "", err)
+		}
+	}()
 	resp, err := x.send(ctx)
 	if err != nil {
 		cause := context.Cause(ctx)
@@ -461,7 +478,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	er.OnWait = s.flush
 	var norm openai.StreamNormalizer
 	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
-	t := &turn{}
+	t = &turn{}
 	calls := map[int]*toolCall{}
 	var failure, readErr error
 	done, started := false, false

@@ -67,7 +67,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
 	var failure, readErr error
 	done := false
-	resp, err := x.send(ctx)
+	resp, err := x.send(x.startBackendSpan(ctx))
 	switch {
 	case err != nil && (errors.Is(context.Cause(ctx), errStreamIdle) || errors.Is(context.Cause(ctx), errStreamTotal)):
 		// Our own idle or total cap ended the wait for the headers: mapped
@@ -121,6 +121,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 				// what a streaming client waits on.
 				firstToken = true
 				x.call.FirstToken = x.r.now()
+				x.firstTokenEvent()
 				s.flush()
 			}
 		}
@@ -165,6 +166,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		}
 	}
 	u = u.Normalize()
+	x.endBackendSpan(u, "", failure)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

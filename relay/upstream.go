@@ -57,6 +57,7 @@ type h1Conn struct {
 type upstreamHead struct {
 	requestID     string // X-Request-Id
 	authorization string // the whole Authorization value; "" sends none
+	traceparent   string // W3C trace context of the backend call's span; "" sends none
 }
 
 // maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
@@ -238,6 +239,10 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 	if header.requestID != "" {
 		head = append(head, "\r\nX-Request-Id: "...)
 		head = append(head, header.requestID...)
+	}
+	if header.traceparent != "" {
+		head = append(head, "\r\nTraceparent: "...)
+		head = append(head, header.traceparent...)
 	}
 	if header.authorization != "" {
 		head = append(head, "\r\nAuthorization: "...)

@@ -9,6 +9,9 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/relay"
 )
@@ -16,7 +19,17 @@ import (
 // chat is POST /v1/chat/completions: authenticate, check the body's type and
 // size, then hand over to the relay.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+	var authSpan trace.Span
+	if s.Tracer != nil {
+		_, authSpan = s.Tracer.Start(r.Context(), "auth")
+	}
 	key, acct, err := s.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"), s.Now())
+	if authSpan != nil {
+		if err != nil {
+			authSpan.SetStatus(codes.Error, string(tollgate.ErrorCode(err)))
+		}
+		authSpan.End()
+	}
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
@@ -128,6 +130,11 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		chat := s.Metrics != nil && r.URL.Path == "/v1/chat/completions"
 		if chat {
 			s.Metrics.InflightRequests.Inc()
+		}
+		var span trace.Span
+		if s.Tracer != nil && r.URL.Path == "/v1/chat/completions" {
+			r, span = s.startSpan(r)
+			defer s.endSpan(span, sw, ri)
 		}
 		defer func() {
 			if p := recover(); p != nil {

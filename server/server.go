@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/metrics"
@@ -50,6 +52,8 @@ type Server struct {
 	Metrics *metrics.Metrics
 	// Version is reported by /healthz.
 	Version string
+	// Tracer makes a span per chat request (and the auth span); nil: no tracing.
+	Tracer trace.Tracer
 
 	draining atomic.Bool
 	// BodyTimeout bounds the time to receive a request body, from the

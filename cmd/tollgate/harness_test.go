@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/simulate"
+	"github.com/tollgate/tollgate/tracing"
 )
 
 // harness runs the real Main on port 0 against simulated model servers: the
@@ -47,6 +48,7 @@ type harnessOptions struct {
 	// simulated SearXNG's URL); searchSim configures that simulator.
 	search    string
 	searchSim simulate.SearchConfig
+	tracing   *tracing.Provider // set on Main before Open (an in-memory exporter)
 }
 
 // flavourSims are the per-flavour servers of the harness.
@@ -145,7 +147,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, text)
 	}
-	h.main = &Main{Config: cfg, Log: o.log}
+	h.main = &Main{Config: cfg, Log: o.log, Tracing: o.tracing}
 	if err := h.main.Open(context.Background()); err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/tracing"
 	"github.com/tollgate/tollgate/traffic"
 )
 
@@ -45,6 +46,9 @@ type Main struct {
 	Biller  *billing.Biller // nil when billing.disabled
 	Server  *server.Server
 	Metrics *metrics.Metrics
+	// Tracing exports spans (nil: tracing off). A test may set it before
+	// Open, with an in-memory exporter.
+	Tracing *tracing.Provider
 
 	servers  []*http.Server
 	names    []string          // each server's listener name
@@ -77,6 +81,15 @@ func (m *Main) Open(ctx context.Context) error {
 	cat := relay.NewCatalog(cfg, nil)
 	m.Metrics = metrics.New(buildInfo())
 	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log, Streams: m.Metrics.InflightStreams}
+	if m.Tracing == nil {
+		if m.Tracing, err = tracing.New(&cfg.Tracing, buildInfo().Version); err != nil {
+			st.Close()
+			return err
+		}
+	}
+	if m.Tracing != nil {
+		deps.Tracer = m.Tracing.Tracer()
+	}
 	if svc, err := search.FromConfig(&cfg.Search, nil); err != nil {
 		st.Close()
 		return err
@@ -111,6 +124,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
 	m.Server.Metrics = m.Metrics
+	m.Server.Tracer = deps.Tracer
 	m.Server.Version = buildInfo().Version
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
@@ -321,6 +335,13 @@ func (m *Main) close(ctx context.Context) error {
 		if err := m.Store.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if m.Tracing != nil {
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := m.Tracing.Shutdown(tctx); err != nil {
+			m.Log.Warn("flush traces", "err", err)
+		}
+		cancel()
 	}
 	return errors.Join(errs...)
 }
