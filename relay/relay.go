@@ -333,7 +333,7 @@ type exchange struct {
 	spanCtx     context.Context
 	backendSpan trace.Span
 	traceparent string
-	searches       int64 // web searches that ran (search requests only)
+	searches    int64 // web searches that ran (search requests only)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
