@@ -49,6 +49,8 @@ type Main struct {
 	// Tracing exports spans (nil: tracing off). A test may set it before
 	// Open, with an in-memory exporter.
 	Tracing *tracing.Provider
+	// NoMetrics leaves the Prometheus metrics out (the benchmark's baseline).
+	NoMetrics bool
 
 	servers  []*http.Server
 	names    []string          // each server's listener name
@@ -79,8 +81,11 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Traffic = traffic.NewCounter(st, traffic.CounterOptions{FlushInterval: cfg.Traffic.Flush.D(), Logger: m.Log})
 	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
 	cat := relay.NewCatalog(cfg, nil)
-	m.Metrics = metrics.New(buildInfo())
-	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log, Streams: m.Metrics.InflightStreams}
+	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log}
+	if !m.NoMetrics {
+		m.Metrics = metrics.New(buildInfo())
+		deps.Streams = m.Metrics.InflightStreams
+	}
 	if m.Tracing == nil {
 		if m.Tracing, err = tracing.New(&cfg.Tracing, buildInfo().Version); err != nil {
 			st.Close()
@@ -209,15 +214,17 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay})
-	if m.Biller != nil {
-		m.Metrics.Registry.MustRegister(metrics.BillingCollector{Source: m.Biller})
-	}
 	routes := adminRoutes(cfg, st, m.Log)
 	if routes == nil {
 		routes = map[string]http.Handler{}
 	}
-	routes["/metrics"] = m.Metrics.Handler()
+	if m.Metrics != nil {
+		m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay})
+		if m.Biller != nil {
+			m.Metrics.Registry.MustRegister(metrics.BillingCollector{Source: m.Biller})
+		}
+		routes["/metrics"] = m.Metrics.Handler()
+	}
 	routes["/debug/pprof/"] = m.Server.RequireBearer(cfg.AdminToken, http.HandlerFunc(pprof.Index))
 	for _, name := range []string{"cmdline", "profile", "symbol", "trace"} {
 		h := map[string]http.HandlerFunc{"cmdline": pprof.Cmdline, "profile": pprof.Profile, "symbol": pprof.Symbol, "trace": pprof.Trace}[name]
@@ -447,8 +454,12 @@ func newFormatLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, opts)), nil
 }
 
-// configLogger builds the logger the config's log: section asks for. The
-// returned func closes a log file.
+// logFlushInterval is how often buffered log lines are written out.
+const logFlushInterval = 200 * time.Millisecond
+
+// configLogger builds the logger the config's log: section asks for, its
+// lines buffered (logWriter). The returned func writes out the rest and
+// closes a log file.
 func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, func(), error) {
 	w, done := stderr, func() {}
 	switch out := cfg.Log.Output; out {
@@ -465,12 +476,14 @@ func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, f
 		}
 		w, done = f, func() { f.Close() }
 	}
-	log, err := newFormatLogger(w, cfg.Log.Level, cfg.Log.Format)
+	lw := newLogWriter(w, logFlushInterval)
+	closeAll := func() { lw.Close(); done() }
+	log, err := newFormatLogger(lw, cfg.Log.Level, cfg.Log.Format)
 	if err != nil {
-		done()
+		closeAll()
 		return nil, nil, err
 	}
-	return log, done, nil
+	return log, closeAll, nil
 }
 
 func defaultConfigPath() string {
