@@ -274,7 +274,6 @@ func meanSince(a, b *metrics.Float64Histogram) time.Duration {
 	return time.Duration(sum / n * float64(time.Second))
 }
 
-
 // billBench is one mode's running service and its closed-loop client.
 type billBench struct {
 	mode   string
