@@ -30,6 +30,7 @@ type harness struct {
 	main   *Main
 	sims   map[string]*simulate.Running
 	search *simulate.RunningSearch // the demo's simulated SearXNG
+	cfgPath string                 // the config file Main was opened with
 	key    string
 	acct   tollgate.Account
 	keyRec tollgate.Key
@@ -140,6 +141,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	text += o.timeouts + o.extraYAML
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tollgate.yaml")
+	h.cfgPath = path
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

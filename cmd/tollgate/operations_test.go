@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -209,5 +210,78 @@ func TestRequestLogLines(t *testing.T) {
 	all := buf.String()
 	if strings.Contains(all, h.key) || strings.Contains(all, prompt) {
 		t.Error("a key or the prompt reached the log")
+	}
+}
+
+// A reload (SIGHUP) while 20 streams run: every stream finishes, new
+// requests see the new catalogue, an invalid file is refused and the old
+// catalogue kept, and the metrics go on counting.
+func TestReloadDuringStreams(t *testing.T) {
+	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n"})
+	const n = 20
+	var wg sync.WaitGroup
+	ends := make(chan []byte, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim tokens=40 gap=20ms]"}]}`, nil)
+			ends <- b
+		}()
+	}
+	if err := h.sim("vllm").WaitStats(5*time.Second, func(s simStats) bool { return s.OpenStreams >= n }); err != nil {
+		t.Fatalf("the streams did not start: %v", err)
+	}
+	orig, err := os.ReadFile(h.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := strings.Replace(string(orig), "models:\n", `models:
+  - id: reloaded-model
+    kind: chat
+    context_length: 32768
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: up-vllm
+        rates: {input: "1", output: "2"}
+        nodes:
+          - {name: node-vllm, url: "`+h.sim("vllm").URL()+`/v1", flavour: vllm}
+`, 1)
+	if err := os.WriteFile(h.cfgPath, []byte(added), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.main.Reload(h.cfgPath); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if st, _, body := h.post("/v1/chat/completions", `{"model":"reloaded-model","messages":[{"role":"user","content":"hi"}]}`, nil); st != 200 {
+		t.Fatalf("the new model after the reload: %d %s", st, body)
+	}
+	// An invalid file: refused, the catalogue kept.
+	if err := os.WriteFile(h.cfgPath, []byte("models: [this is: not valid"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.main.Reload(h.cfgPath); err == nil {
+		t.Fatal("an invalid config was accepted")
+	}
+	_, _, models := h.get("/v1/models")
+	if !strings.Contains(string(models), `"reloaded-model"`) {
+		t.Fatalf("the catalogue was not kept after a refused reload: %s", models)
+	}
+	wg.Wait()
+	close(ends)
+	for b := range ends {
+		if !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("a stream did not finish across the reload: %.300s", b)
+		}
+	}
+	_, scrape := h.adminGet(t, "/metrics", "")
+	for _, want := range []string{
+		`tollgate_requests_total{class="network",code="",model="flav-vllm",status="200"} 20`,
+		`tollgate_requests_total{class="network",code="",model="reloaded-model",status="200"} 1`,
+	} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("metrics after the reload lack %s", want)
+		}
 	}
 }
