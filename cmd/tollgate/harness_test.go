@@ -26,15 +26,15 @@ import (
 // demo catalogue plus one model per flavour ("flav-vllm", ...) served by a
 // single backend of that flavour, so a test can aim at one server's quirks.
 type harness struct {
-	t      *testing.T
-	main   *Main
-	sims   map[string]*simulate.Running
-	search *simulate.RunningSearch // the demo's simulated SearXNG
-	cfgPath string                 // the config file Main was opened with
-	key    string
-	acct   tollgate.Account
-	keyRec tollgate.Key
-	client openai.Client
+	t       *testing.T
+	main    *Main
+	sims    map[string]*simulate.Running
+	search  *simulate.RunningSearch // the demo's simulated SearXNG
+	cfgPath string                  // the config file Main was opened with
+	key     string
+	acct    tollgate.Account
+	keyRec  tollgate.Key
+	client  openai.Client
 }
 
 type harnessOptions struct {
