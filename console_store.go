@@ -64,3 +64,23 @@ type ConsoleStore interface {
 	// offset and returning at most limit.
 	RecentCharges(ctx context.Context, f UsageFilter, offset, limit int) ([]LedgerEntry, error)
 }
+
+// InviteTTL is how long an invitation stays usable.
+const InviteTTL = 72 * time.Hour
+
+// IssueInvite creates a one-time invitation for the account and returns its
+// token (the secret part of the link, shown once) and when it expires.
+func IssueInvite(ctx context.Context, st interface {
+	CreateInvite(ctx context.Context, h KeyHash, inv ConsoleInvite) error
+}, accountID string, now time.Time) (token string, expires time.Time, err error) {
+	token = "inv-" + randomBase62(32)
+	now = now.UTC().Truncate(time.Microsecond)
+	expires = now.Add(InviteTTL)
+	if err := st.CreateInvite(ctx, HashKey(token), ConsoleInvite{AccountID: accountID, Created: now, Expires: expires}); err != nil {
+		return "", time.Time{}, err
+	}
+	return token, expires, nil
+}
+
+// InvitePath is the console page where an invitation's token is used.
+func InvitePath(token string) string { return "/console/invite?token=" + token }

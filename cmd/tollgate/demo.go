@@ -181,7 +181,18 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 		m.Close(context.Background())
 		return err
 	}
+	k, _, err := m.Store.KeyByHash(ctx, tollgate.HashKey(secret))
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	invite, err := demoInvite(ctx, m.Store, k.AccountID)
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
 	base := m.APIURL()
+	site := strings.TrimSuffix(base, "/v1")
 	fmt.Fprintf(c.stdout, `tollgate demo is running (config and database in %s/).
 
   export OPENAI_BASE_URL=%s
@@ -198,8 +209,13 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
   curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
   curl -s %s/pricing                       # public rates
 
+The console (balance, keys, activity, prices) is at %s/console/
+  account: %s
+  set its password once at %s%s
+  (the link works once; later runs print a new one)
+
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), cfgPath)
+`, *dir, base, secret, site, site, k.AccountID, site, invite, cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 
@@ -246,4 +262,18 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 		return "", err
 	}
 	return secret, nil
+}
+
+// demoInvite issues a console invitation for the demo account and returns
+// its path.
+func demoInvite(ctx context.Context, st tollgate.Store, accountID string) (string, error) {
+	cs, ok := st.(tollgate.ConsoleStore)
+	if !ok {
+		return "", fmt.Errorf("the demo's store keeps no console invitations")
+	}
+	token, _, err := tollgate.IssueInvite(ctx, cs, accountID, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("invite the demo account to the console: %w", err)
+	}
+	return tollgate.InvitePath(token), nil
 }

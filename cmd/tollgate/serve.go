@@ -100,6 +100,10 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
+	if m.Server.APIExtra, err = consoleRoutes(m.Relay, m.Share, st, m.Log); err != nil {
+		m.Close(ctx)
+		return err
+	}
 	if err := m.openIdempotency(bgctx); err != nil {
 		m.Close(ctx)
 		return err
