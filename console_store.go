@@ -28,12 +28,31 @@ type ConsoleSession struct {
 	PlaygroundKey string
 }
 
-// KeyUsage is what one key has been charged.
+// KeyUsage is what one key has been charged; LastUsed is the time of the
+// charge recorded last.
 type KeyUsage struct {
 	KeyID    string
 	Requests int64
 	Spent    Amount
 	LastUsed time.Time // zero: never used
+}
+
+// ChargeDay is the charges of one key on one model and backend class in one
+// UTC day, summed as `tollgate usage` sums them.
+type ChargeDay struct {
+	Day              time.Time // midnight UTC
+	KeyID            string
+	Model            string
+	Class            BackendClass
+	Requests         int64
+	PromptTokens     int64
+	CompletionTokens int64
+	CachedTokens     int64
+	ReasoningTokens  int64
+	Estimated        int64 // requests whose tokens were counted locally
+	Searches         int64
+	Cost             Amount // charged (−sum of the entries' amounts)
+	Uncollected      Amount
 }
 
 // ConsoleStore keeps the console's invitations, passwords and sessions, and
@@ -58,8 +77,13 @@ type ConsoleStore interface {
 	SetSessionKey(ctx context.Context, h KeyHash, keyID string) error
 	// DeleteSession removes the session and returns it; ErrNotFound if none.
 	DeleteSession(ctx context.Context, h KeyHash) (ConsoleSession, error)
-	// KeyUsage returns the charges of each of the account's keys that has any.
+	// KeyUsage returns what each of the account's keys was charged (zero
+	// for a key never used).
 	KeyUsage(ctx context.Context, accountID string) ([]KeyUsage, error)
+	// DailyCharges sums the charges matching f (an account is required) by
+	// UTC day, key, model and backend class, oldest day first: what the
+	// console's chart and CSV export read, without a row per request.
+	DailyCharges(ctx context.Context, f UsageFilter) ([]ChargeDay, error)
 	// RecentCharges returns charges matching f, newest first, skipping
 	// offset and returning at most limit.
 	RecentCharges(ctx context.Context, f UsageFilter, offset, limit int) ([]LedgerEntry, error)

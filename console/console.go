@@ -87,6 +87,7 @@ type Console struct {
 	mux   *http.ServeMux
 
 	byAccount, byAddress *attempts
+	closed               closedDays
 	dummyHash            string // verified against when the account has no password, so both take as long
 }
 

@@ -143,12 +143,12 @@ func chargeOps(k tollgate.Key, model string, cost tollgate.Amount, at time.Time)
 
 // browser is a client with a cookie jar that does not follow redirects.
 type browser struct {
-	t *testing.T
+	t testing.TB
 	c *http.Client
 	e *env
 }
 
-func (e *env) browser(t *testing.T) *browser {
+func (e *env) browser(t testing.TB) *browser {
 	jar, _ := cookiejar.New(nil)
 	return &browser{t: t, e: e, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
@@ -185,7 +185,7 @@ func (b *browser) post(path string, form url.Values) page {
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-func (p page) csrf(t *testing.T) string {
+func (p page) csrf(t testing.TB) string {
 	t.Helper()
 	m := csrfRE.FindStringSubmatch(p.body)
 	if m == nil {
@@ -565,6 +565,20 @@ func TestActivityAndCSV(t *testing.T) {
 	}
 	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[2][10] != "0.000123456789" {
 		t.Errorf("csv rows = %v", recs)
+	}
+	// The same bytes as `tollgate usage --account A --model tg-chat --by key,model,backend --period day --csv`.
+	rows, err := billing.Usage(t.Context(), e.st, tollgate.UsageFilter{AccountID: e.acct.ID, Model: "tg-chat"}, []string{"key", "model", "backend"}, "day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	cw := csv.NewWriter(&want)
+	if err := billing.WriteUsageCSV(cw, []string{"key", "model", "backend"}, true, rows); err != nil {
+		t.Fatal(err)
+	}
+	cw.Flush()
+	if c.body != want.String() {
+		t.Errorf("csv export:\n%s\nwant what tollgate usage writes:\n%s", c.body, want.String())
 	}
 }
 

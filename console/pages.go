@@ -55,36 +55,35 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	}
 	acc := newChartAcc(first)
 	byModel := map[string]*modelSpend{}
-	err = c.st.Ledger(ctx, tollgate.UsageFilter{AccountID: req.account.ID, Since: since}, func(e tollgate.LedgerEntry) error {
-		if e.Kind != tollgate.LedgerCharge || e.Charge == nil {
-			return nil
-		}
-		spent := -e.Amount
-		if !e.Time.Before(month) {
-			d.Month += spent
-			d.MonthRequest++
-		}
-		if !e.Time.Before(today) {
-			d.Today += spent
-			d.TodayRequests++
-		}
-		if e.Time.Before(first) {
-			return nil
-		}
-		ch := e.Charge
-		acc.add(e.Time, ch.Model, spent)
-		m := byModel[ch.Model]
-		if m == nil {
-			m = &modelSpend{Model: ch.Model}
-			byModel[ch.Model] = m
-		}
-		m.Requests++
-		m.Tokens += ch.PromptTokens + ch.CompletionTokens
-		m.Cost += spent
-		return nil
-	})
+	closed, err := c.closed.get(ctx, c.st, req.account.ID, since, today, now)
 	if err != nil {
 		return err
+	}
+	live, err := c.st.DailyCharges(ctx, tollgate.UsageFilter{AccountID: req.account.ID, Since: today})
+	if err != nil {
+		return err
+	}
+	for _, day := range append(closed[:len(closed):len(closed)], live...) {
+		if !day.Day.Before(month) {
+			d.Month += day.Cost
+			d.MonthRequest += day.Requests
+		}
+		if day.Day.Equal(today) {
+			d.Today += day.Cost
+			d.TodayRequests += day.Requests
+		}
+		if day.Day.Before(first) {
+			continue
+		}
+		acc.add(day.Day, day.Model, day.Cost)
+		m := byModel[day.Model]
+		if m == nil {
+			m = &modelSpend{Model: day.Model}
+			byModel[day.Model] = m
+		}
+		m.Requests += day.Requests
+		m.Tokens += day.PromptTokens + day.CompletionTokens
+		m.Cost += day.Cost
 	}
 	d.Chart = acc.render()
 	for _, m := range byModel {
@@ -394,11 +393,22 @@ func (c *Console) activityCSV(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	by := []string{"key", "model", "backend"}
-	rows, err := billing.Usage(r.Context(), c.st, uf, by, "day")
+	days, err := c.st.DailyCharges(r.Context(), uf)
 	if err != nil {
 		return err
 	}
+	by := []string{"key", "model", "backend"}
+	rows := make([]billing.UsageRow, 0, len(days))
+	for _, d := range days {
+		rows = append(rows, billing.UsageRow{Period: d.Day.Format(time.DateOnly), Key: d.KeyID, Model: d.Model, Backend: string(d.Class),
+			Requests: d.Requests, PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, CachedTokens: d.CachedTokens,
+			ReasoningTokens: d.ReasoningTokens, Estimated: d.Estimated, Cost: d.Cost, Uncollected: d.Uncollected, Searches: d.Searches})
+	}
+	// billing.Usage's order: period, then key, model and backend as strings.
+	slices.SortFunc(rows, func(a, b billing.UsageRow) int {
+		return cmp.Or(strings.Compare(a.Period, b.Period), strings.Compare(a.Key, b.Key), strings.Compare(a.Model, b.Model),
+			strings.Compare(a.Backend, b.Backend))
+	})
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="tollgate-usage-`+current(r).account.ID+`.csv"`)
 	cw := csv.NewWriter(w)

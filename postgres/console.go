@@ -110,18 +110,23 @@ func (db *DB) DeleteSession(ctx context.Context, h tollgate.KeyHash) (tollgate.C
 		RETURNING account_id, created, expires, playground_key`, h.String()))
 }
 
-// KeyUsage sums the account's charges by key.
+// KeyUsage returns the usage of each of the account's keys: the key's
+// spent total, its charges counted on the ledger's key index, and the time
+// of its latest charge.
 func (db *DB) KeyUsage(ctx context.Context, accountID string) ([]tollgate.KeyUsage, error) {
-	rows, err := db.pool.Query(ctx, `SELECT key_id, count(*), -sum(amount)::bigint, max(time) FROM ledger
-		WHERE account_id = $1 AND kind = 'charge' AND key_id IS NOT NULL GROUP BY key_id`, accountID)
+	rows, err := db.pool.Query(ctx, `SELECT k.id, k.spent,
+		(SELECT count(*) FROM ledger l WHERE l.key_id = k.id),
+		(SELECT l.time FROM ledger l WHERE l.key_id = k.id ORDER BY l.seq DESC LIMIT 1)
+		FROM api_keys k WHERE k.account_id = $1`, accountID)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: key usage: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.KeyUsage, error) {
 		var u tollgate.KeyUsage
 		var spent int64
-		err := r.Scan(&u.KeyID, &u.Requests, &spent, &u.LastUsed)
-		u.Spent, u.LastUsed = tollgate.Amount(spent), u.LastUsed.UTC()
+		var last *time.Time
+		err := r.Scan(&u.KeyID, &spent, &u.Requests, &last)
+		u.Spent, u.LastUsed = tollgate.Amount(spent), fromNullTime(last)
 		return u, err
 	})
 	if err != nil {
@@ -167,6 +172,57 @@ func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset,
 	out, err := pgx.CollectRows(rows, scanEntry)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: recent charges: %w", err)
+	}
+	return out, nil
+}
+
+// DailyCharges sums the account's charges by UTC day, key, model and class.
+func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollgate.ChargeDay, error) {
+	if f.AccountID == "" {
+		return nil, errors.New("postgres: daily charges: an account is required")
+	}
+	q := `SELECT floor(extract(epoch FROM time) / 86400)::bigint AS day, coalesce(key_id, ''), coalesce(model, ''), coalesce(class, ''),
+		count(*), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint, sum(reasoning_tokens)::bigint,
+		count(*) FILTER (WHERE estimated), sum(searches)::bigint, -sum(amount)::bigint, sum(uncollected)::bigint
+		FROM ledger WHERE account_id = $1 AND kind = 'charge'`
+	args := []any{f.AccountID}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if f.KeyID != "" {
+		add("key_id = $%d", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = $%d", f.Model)
+	}
+	if f.Class != "" {
+		add("class = $%d", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("time < $%d", f.Until)
+	}
+	rows, err := db.pool.Query(ctx, q+` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: daily charges: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.ChargeDay, error) {
+		var d tollgate.ChargeDay
+		var day, cost, unc int64
+		var class string
+		err := r.Scan(&day, &d.KeyID, &d.Model, &class, &d.Requests, &d.PromptTokens, &d.CompletionTokens, &d.CachedTokens,
+			&d.ReasoningTokens, &d.Estimated, &d.Searches, &cost, &unc)
+		d.Day, d.Class, d.Cost, d.Uncollected = time.Unix(day*86400, 0).UTC(), tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: daily charges: %w", err)
+	}
+	if out == nil {
+		out = []tollgate.ChargeDay{}
 	}
 	return out, nil
 }

@@ -131,11 +131,14 @@ func (db *DB) DeleteSession(ctx context.Context, h tollgate.KeyHash) (tollgate.C
 	return s, nil
 }
 
-// KeyUsage sums the account's charges by key (through the ledger's
-// (account_id, time) index).
+// KeyUsage returns the usage of each of the account's keys: the key's
+// spent total, its charges counted on the ledger's key index alone, and the
+// time of its latest charge (one index probe).
 func (db *DB) KeyUsage(ctx context.Context, accountID string) ([]tollgate.KeyUsage, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT key_id, count(*), -sum(amount), max(time) FROM ledger
-		WHERE account_id = ? AND kind = 'charge' AND key_id IS NOT NULL GROUP BY key_id`, accountID)
+	rows, err := db.r.QueryContext(ctx, `SELECT k.id, k.spent,
+		(SELECT count(*) FROM ledger l WHERE l.key_id = k.id),
+		(SELECT l.time FROM ledger l WHERE l.key_id = k.id ORDER BY l.seq DESC LIMIT 1)
+		FROM api_keys k WHERE k.account_id = ?`, accountID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: key usage: %w", err)
 	}
@@ -143,11 +146,12 @@ func (db *DB) KeyUsage(ctx context.Context, accountID string) ([]tollgate.KeyUsa
 	out := []tollgate.KeyUsage{}
 	for rows.Next() {
 		var u tollgate.KeyUsage
-		var spent, last int64
-		if err := rows.Scan(&u.KeyID, &u.Requests, &spent, &last); err != nil {
+		var spent int64
+		var last sql.NullInt64
+		if err := rows.Scan(&u.KeyID, &spent, &u.Requests, &last); err != nil {
 			return nil, fmt.Errorf("sqlite: key usage: %w", err)
 		}
-		u.Spent, u.LastUsed = tollgate.Amount(spent), fromMicros(last)
+		u.Spent, u.LastUsed = tollgate.Amount(spent), fromNullMicros(last)
 		out = append(out, u)
 	}
 	if err := rows.Err(); err != nil {
@@ -194,6 +198,55 @@ func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset,
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+	}
+	return out, nil
+}
+
+// DailyCharges sums the account's charges by UTC day, key, model and class.
+func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollgate.ChargeDay, error) {
+	if f.AccountID == "" {
+		return nil, errors.New("sqlite: daily charges: an account is required")
+	}
+	q := `SELECT time / 86400000000 AS day, coalesce(key_id, ''), coalesce(model, ''), coalesce(class, ''), count(*),
+		sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens), sum(reasoning_tokens), sum(estimated), sum(searches),
+		-sum(amount), sum(uncollected)
+		FROM ledger WHERE account_id = ? AND kind = 'charge'`
+	args := []any{f.AccountID}
+	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
+	if f.KeyID != "" {
+		add("key_id = ?", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = ?", f.Model)
+	}
+	if f.Class != "" {
+		add("class = ?", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= ?", toMicros(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", toMicros(f.Until))
+	}
+	rows, err := db.r.QueryContext(ctx, q+` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: daily charges: %w", err)
+	}
+	defer rows.Close()
+	out := []tollgate.ChargeDay{}
+	for rows.Next() {
+		var d tollgate.ChargeDay
+		var day, cost, unc int64
+		var class string
+		if err := rows.Scan(&day, &d.KeyID, &d.Model, &class, &d.Requests, &d.PromptTokens, &d.CompletionTokens, &d.CachedTokens,
+			&d.ReasoningTokens, &d.Estimated, &d.Searches, &cost, &unc); err != nil {
+			return nil, fmt.Errorf("sqlite: daily charges: %w", err)
+		}
+		d.Day, d.Class, d.Cost, d.Uncollected = time.Unix(day*86400, 0).UTC(), tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: daily charges: %w", err)
 	}
 	return out, nil
 }

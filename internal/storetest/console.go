@@ -139,6 +139,18 @@ func testConsoleKeyUsage(t *testing.T, s BillingStore, c tollgate.ConsoleStore) 
 	if err != nil || len(es) != 1 || !es[0].Time.Equal(t0.Truncate(time.Microsecond)) {
 		t.Errorf("recent of k1 from the second = %+v, %v; want k1's first charge", es, err)
 	}
+	days, err := c.DailyCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tollgate.ChargeDay{Day: t0.Truncate(24 * time.Hour), KeyID: k1.ID, Model: "m", Class: tollgate.ClassNetwork, Requests: 2,
+		PromptTokens: 200, CompletionTokens: 40, CachedTokens: 14, ReasoningTokens: 10, Estimated: 2, Cost: usd("0.000000000014")}
+	if len(days) != 2 || (days[0] != want && days[1] != want) {
+		t.Errorf("daily charges = %+v, want among them %+v", days, want)
+	}
+	if days, err := c.DailyCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, Since: t0.Add(2 * time.Minute)}); err != nil || len(days) != 1 || days[0].KeyID != k2.ID {
+		t.Errorf("daily charges since the last = %+v, %v", days, err)
+	}
 	es, err = c.RecentCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, Model: "other"}, 0, 10)
 	if err != nil || len(es) != 0 {
 		t.Errorf("recent of another model = %+v, %v", es, err)
