@@ -111,7 +111,7 @@ func New(st Store, o Options) (*Console, error) {
 	if c.dummyHash, err = HashPassword(randomToken(), o.Password); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"signin", "invite", "overview", "keys", "activity", "error"} {
+	for _, name := range []string{"signin", "invite", "overview", "keys", "activity", "playground", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -138,6 +138,8 @@ func New(st Store, o Options) (*Console, error) {
 	c.mux.HandleFunc("POST /console/keys/{id}/revoke", c.page(c.signedIn(c.revokeKey)))
 	c.mux.HandleFunc("GET /console/activity", c.page(c.signedIn(c.activity)))
 	c.mux.HandleFunc("GET /console/activity.csv", c.page(c.signedIn(c.activityCSV)))
+	c.mux.HandleFunc("GET /console/playground", c.page(c.signedIn(c.playground)))
+	c.mux.HandleFunc("POST /console/playground/key", c.page(c.signedIn(c.playgroundKey)))
 	c.mux.HandleFunc("/console/", c.page(func(w http.ResponseWriter, r *http.Request) error {
 		return tollgate.Errorf(tollgate.CodeNotFound, "there is no console page %s %s", r.Method, r.URL.Path)
 	}))
@@ -203,8 +205,14 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error) fun
 			return tollgate.Errorf(tollgate.CodeAccountDisabled, "account %s is disabled; ask the operator", acct.ID)
 		}
 		req := &request{token: ck.Value, session: sess, account: acct}
-		if r.Method == http.MethodPost && !tokensEqual(r.PostFormValue("csrf"), sessionCSRF(ck.Value)) {
-			return errCSRF
+		if r.Method == http.MethodPost {
+			got := r.Header.Get("X-CSRF-Token") // the playground's script
+			if got == "" {
+				got = r.PostFormValue("csrf")
+			}
+			if !tokensEqual(got, sessionCSRF(ck.Value)) {
+				return errCSRF
+			}
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		return h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, req)))

@@ -585,7 +585,7 @@ func TestActivityAndCSV(t *testing.T) {
 func TestPagesNeedSession(t *testing.T) {
 	e := newEnv(t, Options{})
 	b := e.browser(t)
-	for _, path := range []string{"/console/", "/console/keys", "/console/activity", "/console/activity.csv"} {
+	for _, path := range []string{"/console/", "/console/keys", "/console/activity", "/console/activity.csv", "/console/playground"} {
 		if r := b.get(path); r.status != http.StatusSeeOther {
 			t.Errorf("GET %s without a session: %d", path, r.status)
 		}
@@ -631,5 +631,48 @@ func TestFixed12(t *testing.T) {
 		if got := usd(tollgate.MustParseAmount(a)); got != want {
 			t.Errorf("usd(%s) = %s, want %s", a, got, want)
 		}
+	}
+}
+
+func TestPlaygroundKey(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	p := b.get("/console/playground")
+	if p.status != 200 || !strings.Contains(p.body, `<option value="tg-mini">`) || !strings.Contains(p.body, `id="pg-answer"`) {
+		t.Fatalf("playground page: %d\n%s", p.status, p.body)
+	}
+	csrf := regexp.MustCompile(`data-csrf="([^"]+)"`).FindStringSubmatch(p.body)[1]
+	ask := func(token string) page {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/console/playground/key", nil)
+		if token != "" {
+			req.Header.Set("X-CSRF-Token", token)
+		}
+		return b.do(req)
+	}
+	if r := ask(""); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("key without the CSRF header: %d %s", r.status, r.code())
+	}
+	var got []string
+	for range 2 {
+		r := ask(csrf)
+		secret := secretRE.FindString(r.body)
+		if r.status != 200 || secret == "" || r.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("playground key: %d %s", r.status, r.body)
+		}
+		got = append(got, secret)
+	}
+	first, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[0]))
+	second, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[1]))
+	if first.Revoked.IsZero() || !second.Revoked.IsZero() || second.AccountID != e.acct.ID || second.Name != playgroundKeyName {
+		t.Errorf("first key %+v (want revoked), second %+v (want active, this account's)", first, second)
+	}
+	if second.Expires.IsZero() || !second.Expires.Equal(e.clock.now().Add(12*time.Hour)) {
+		t.Errorf("playground key expires %v, want with the session", second.Expires)
+	}
+	if r := b.post("/console/signout", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", r.status)
+	}
+	if k, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[1])); k.Revoked.IsZero() {
+		t.Error("the playground key outlived the sign-out")
 	}
 }
