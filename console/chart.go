@@ -19,6 +19,7 @@ const (
 
 type chart struct {
 	Width, Height int
+	ViewHeight    int             // the plot, the scale's label above it and the days' below
 	Max           tollgate.Amount // the tallest day's spend: the top of the scale
 	Bars          []chartBar
 	Legend        []chartLegend
@@ -39,10 +40,11 @@ type chartLegend struct {
 
 // chartDay is one day's total, for the table beside the chart.
 type chartDay struct {
-	Date  string
-	Label string // the axis label, every 7th day
-	X     int
-	Spend tollgate.Amount
+	Date   string
+	Label  string // the axis label, every 7th day
+	Anchor string // the label's text-anchor: the last day's ends at the edge
+	X      int
+	Spend  tollgate.Amount
 }
 
 type chartAcc struct {
@@ -82,7 +84,7 @@ func scaled(v, max tollgate.Amount, h int) int {
 
 func (a *chartAcc) render() chart {
 	slices.Sort(a.models)
-	c := chart{Width: chartW, Height: chartH}
+	c := chart{Width: chartW, Height: chartH, ViewHeight: chartH + 36}
 	var totals [chartDays]tollgate.Amount
 	for d := range chartDays {
 		for _, v := range a.spend[d] {
@@ -99,7 +101,10 @@ func (a *chartAcc) render() chart {
 		date := a.first.AddDate(0, 0, d)
 		day := chartDay{Date: date.Format(time.DateOnly), X: chartLeft + d*slot + slot/2, Spend: totals[d]}
 		if (chartDays-1-d)%7 == 0 {
-			day.Label = date.Format("Jan 2")
+			day.Label, day.Anchor = date.Format("Jan 2"), "middle"
+			if d == chartDays-1 {
+				day.Anchor = "end"
+			}
 		}
 		c.Days = append(c.Days, day)
 		y := chartH
