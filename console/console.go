@@ -151,13 +151,17 @@ func (c *Console) Routes() map[string]http.Handler { return map[string]http.Hand
 
 // ServeHTTP sets the headers every console answer carries, then routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.headers(w)
+	c.mux.ServeHTTP(w, r)
+}
+
+func (c *Console) headers(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	// An invitation's token is in its link: no page sends it on as a referrer.
 	h.Set("Referrer-Policy", "no-referrer")
-	c.mux.ServeHTTP(w, r)
 }
 
 // request is a signed-in request: the session and its account.
@@ -296,6 +300,10 @@ func (c *Console) clientAddr(r *http.Request) string {
 func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration, site http.SameSite) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: int(ttl / time.Second),
 		HttpOnly: true, Secure: c.secure(r), SameSite: site})
+}
+
+func (c *Console) setCookieNamed(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration) {
+	c.setCookie(w, r, name, value, ttl, http.SameSiteLaxMode)
 }
 
 func (c *Console) clearCookie(w http.ResponseWriter, r *http.Request, name string) {

@@ -14,13 +14,15 @@ import (
 
 // view is what every page's template gets.
 type view struct {
-	Title   string
-	Nav     string // the active section
-	Account *tollgate.Account
-	CSRF    string
-	Error   *tollgate.Error
-	Notice  string
-	Data    any
+	Title string
+	Nav   string // the active section
+	// Operator: a page of the operator's console (the admin listener).
+	Operator bool
+	Account  *tollgate.Account
+	CSRF     string
+	Error    *tollgate.Error
+	Notice   string
+	Data     any
 }
 
 // publicView is the view of a page shown before sign-in.
@@ -63,6 +65,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if req := current(r); req != nil {
 		v.Account = &req.account
 		v.CSRF = sessionCSRF(req.token)
+	}
+	if oq := opCurrent(r); oq != nil {
+		v.Operator, v.Nav, v.CSRF = true, "error", sessionCSRF(oq.token)
 	}
 	if rerr := c.render(w, statusOf(te.Code), "error", v); rerr != nil {
 		http.Error(w, te.Message, statusOf(te.Code))

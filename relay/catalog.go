@@ -210,6 +210,9 @@ type nodeHealth struct {
 // Healthy reports whether the node may take requests.
 func (n *Node) Healthy() bool { return !n.health.down.Load() }
 
+// Failures is the node's count of failures in a row (0 after a success).
+func (n *Node) Failures() int64 { return n.health.failures.Load() }
+
 // Inflight is the number of requests the node is serving now.
 func (n *Node) Inflight() int64 { return n.inflight.Load() }
 

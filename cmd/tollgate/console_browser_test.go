@@ -41,7 +41,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		shots = filepath.Join("..", "..", "docs", "console")
 	}
 
-	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(5)})
+	t.Setenv("TOLLGATE_TEST_ADMIN_TOKEN", "browser-admin-token")
+	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(5), listen: "  admin: 127.0.0.1:0\n",
+		extraYAML: "admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n"})
 	base := "http://" + h.main.Addr("api")
 	token, _, err := tollgate.IssueInvite(t.Context(), h.main.Store.(tollgate.ConsoleStore), h.acct.ID, time.Now())
 	if err != nil {
@@ -202,6 +204,35 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Error("the overview is wider than a phone's screen")
 	}
 
-	run("sign out", chromedp.EmulateReset(), chromedp.Click(css(`header form button`)),
+	// The operator's console on the admin listener.
+	admin := "http://" + h.main.Addr("admin")
+	run("operator",
+		chromedp.EmulateViewport(1280, 900),
+		chromedp.Navigate(admin+"/console/"),
+		chromedp.WaitVisible(css(`input[name=token]`)),
+		chromedp.SendKeys(css(`input[name=token]`), "browser-admin-token"),
+		chromedp.Click(css(`main button[type=submit]`)),
+		chromedp.WaitVisible(css(`input[name=q]`)),
+		shot("operator-accounts"),
+		chromedp.Click(css(`a[href="/console/accounts/`+h.acct.ID+`"]`)),
+		chromedp.WaitVisible(css(`input[name=amount]`)),
+		chromedp.SendKeys(css(`input[name=amount]`), "2.5"),
+		chromedp.SendKeys(css(`input[name=note]`), "top-up from the browser"),
+		chromedp.Click(css(`form.grid button[type=submit]`)),
+		chromedp.WaitVisible(css(`.alert.notice`)),
+		shot("operator-account"),
+		chromedp.Navigate(admin+"/console/service"),
+		chromedp.WaitVisible(css(`#audit-result`)),
+		chromedp.Click(css(`form[action="/console/service/audit"] button`)),
+		chromedp.WaitVisible(css(`#audit-result.status-active`)),
+		shot("operator-service"),
+	)
+	if b, _ := h.main.Store.(interface {
+		Balance(context.Context, string) (tollgate.Balance, error)
+	}).Balance(t.Context(), h.acct.ID); b.Balance <= tollgate.MustParseAmount("7.49") || b.Balance >= tollgate.MustParseAmount("7.5") {
+		t.Errorf("balance after the operator's credit of 2.5: %s", b.Balance)
+	}
+
+	run("sign out", chromedp.Navigate(base+"/console/"), chromedp.WaitVisible(css(`#balance`)), chromedp.Click(css(`header form button`)),
 		chromedp.WaitVisible(css(`input[name=account]`)))
 }

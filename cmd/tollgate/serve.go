@@ -154,7 +154,12 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(adminRoutes(cfg, st, m.Log))); err != nil {
+	adminExtra, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.Log)
+	if err != nil {
+		m.Close(ctx)
+		return err
+	}
+	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(adminExtra)); err != nil {
 		m.Close(ctx)
 		return err
 	}
