@@ -151,11 +151,15 @@ func (c *Console) Routes() map[string]http.Handler { return map[string]http.Hand
 
 // ServeHTTP sets the headers every console answer carries, then routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c.headers(w)
+	c.headers(w, r)
 	c.mux.ServeHTTP(w, r)
 }
 
-func (c *Console) headers(w http.ResponseWriter) {
+// maxFormBytes bounds a console form's body (the largest is a key's).
+const maxFormBytes = 64 << 10
+
+func (c *Console) headers(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -676,3 +676,16 @@ func TestPlaygroundKey(t *testing.T) {
 		t.Error("the playground key outlived the sign-out")
 	}
 }
+
+func TestLargeFormRefused(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	csrf := b.get("/console/keys").csrf(t)
+	r := b.post("/console/keys", url.Values{"csrf": {csrf}, "name": {strings.Repeat("x", maxFormBytes)}})
+	if r.status != http.StatusBadRequest {
+		t.Errorf("a form over %d bytes: %d %s", maxFormBytes, r.status, r.code())
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Errorf("a key was created from an oversized form")
+	}
+}

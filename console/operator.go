@@ -121,7 +121,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: op} }
 
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	op.c.headers(w)
+	op.c.headers(w, r)
 	op.mux.ServeHTTP(w, r)
 }
 
