@@ -12,12 +12,12 @@ import (
 
 // consoleRoutes are the console's handlers for the api listener; none when
 // the store keeps no console records.
-func consoleRoutes(rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, log *slog.Logger) (map[string]http.Handler, error) {
+func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, log *slog.Logger) (map[string]http.Handler, error) {
 	cs, ok := st.(console.Store)
 	if !ok {
 		return nil, nil
 	}
-	c, err := console.New(cs, console.Options{Catalog: rl.Catalog, Uptime: uptime, Log: log})
+	c, err := console.New(cs, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +32,7 @@ func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeRe
 		return nil, nil
 	}
 	op, err := console.NewOperator(os, console.OperatorOptions{Token: cfg.AdminToken, Catalog: rl.Catalog, Uptime: uptime,
-		AuditGrace: auditGrace(cfg), APIBase: consoleBase(cfg.Listen.API), Log: log})
+		AuditGrace: auditGrace(cfg), APIBase: consoleBase(cfg.Listen.API), TrustedProxies: cfg.Console.Trusted, Log: log})
 	if err != nil {
 		return nil, err
 	}

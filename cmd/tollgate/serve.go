@@ -100,7 +100,7 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
-	if m.Server.APIExtra, err = consoleRoutes(m.Relay, m.Share, st, m.Log); err != nil {
+	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
 		m.Close(ctx)
 		return err
 	}
