@@ -27,6 +27,7 @@ type Store interface {
 	CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash) error
 	Keys(ctx context.Context, accountID string) ([]tollgate.Key, error)
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+	CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate.ConsoleInvite) error
 }
 
 // Options configure the API.
@@ -68,6 +69,7 @@ func New(st Store, o Options) *API {
 	a.route("GET /admin/v1/accounts/{id}", a.showAccount)
 	a.route("POST /admin/v1/accounts/{id}/disable", a.setDisabled(true))
 	a.route("POST /admin/v1/accounts/{id}/enable", a.setDisabled(false))
+	a.route("POST /admin/v1/accounts/{id}/invite", a.invite)
 	a.route("GET /admin/v1/keys", a.listKeys)
 	a.route("POST /admin/v1/keys", a.createKey)
 	a.route("POST /admin/v1/keys/{id}/revoke", a.revokeKey)

@@ -41,6 +41,9 @@ type Config struct {
 	// Search configures web search (config/search.go).
 	Search Search `yaml:"search"`
 
+	// Console configures the web console (config/console.go).
+	Console Console `yaml:"console"`
+
 	// Dir is the directory of the config file; relative paths resolve against it.
 	Dir string `yaml:"-"`
 }
@@ -484,6 +487,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	c.Search.validate(getenv, backendSecrets, bad)
 	c.Log.validate(bad)
 	c.Tracing.validate(getenv, backendSecrets, bad)
+	c.Console.validate(bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}

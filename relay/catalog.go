@@ -219,6 +219,9 @@ type nodeHealth struct {
 // ejected for failing real requests: see Ejected).
 func (n *Node) Healthy() bool { return !n.health.down.Load() }
 
+// Failures is the node's count of failures in a row (0 after a success).
+func (n *Node) Failures() int64 { return n.health.failures.Load() }
+
 // Inflight is the number of requests the node is serving now.
 func (n *Node) Inflight() int64 { return n.inflight.Load() }
 

@@ -59,6 +59,9 @@ type Server struct {
 	// BodyTimeout bounds the time to receive a request body, from the
 	// end of its headers (timeouts.request_body); 0: no bound.
 	BodyTimeout time.Duration
+	// APIExtra are handlers mounted on the API listener beside the protocol
+	// endpoints, by path prefix (the console's /console/).
+	APIExtra map[string]http.Handler
 
 	pricing pricingCache
 	ids     *requestIDs
@@ -100,7 +103,13 @@ var adminRoutes = []route{
 }
 
 // APIHandler serves the protocol endpoints and /pricing.
-func (s *Server) APIHandler() http.Handler { return s.handler(apiRoutes) }
+func (s *Server) APIHandler() http.Handler {
+	t := s.mux(apiRoutes)
+	for p, h := range s.APIExtra {
+		t.Handle(p, h)
+	}
+	return s.middleware(t)
+}
 
 // PublicHandler serves /pricing alone (the public listener).
 func (s *Server) PublicHandler() http.Handler { return s.handler(publicRoutes) }

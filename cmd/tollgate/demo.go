@@ -191,7 +191,18 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 		m.Close(context.Background())
 		return err
 	}
+	k, _, err := m.Store.KeyByHash(ctx, tollgate.HashKey(secret))
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	invite, err := demoInvite(ctx, m.Store, k.AccountID)
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
 	base := m.APIURL()
+	site := strings.TrimSuffix(base, "/v1")
 	fmt.Fprintf(c.stdout, `tollgate demo is running (config and database in %s/).
 
   export OPENAI_BASE_URL=%s
@@ -208,11 +219,16 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
   curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
   curl -s %s/pricing                       # public rates
 
-  Operators: http://%s/metrics  /healthz  /readyz
-  (admin API and /debug/pprof/: Authorization: Bearer %s)
+The console (balance, keys, activity, prices) is at %s/console/
+  account: %s
+  set its password once at %s%s
+  (the link works once; later runs print a new one)
+
+  Operators: http://%s/metrics  /healthz  /readyz  /console/
+  (admin API, operator console and /debug/pprof/: Authorization: Bearer %s)
 
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), m.Addr("admin"), adminToken, cfgPath)
+`, *dir, base, secret, site, site, k.AccountID, site, invite, m.Addr("admin"), adminToken, cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 
@@ -277,4 +293,18 @@ func ensureDemoAdminToken(dir string) (string, error) {
 		return "", err
 	}
 	return token, nil
+}
+
+// demoInvite issues a console invitation for the demo account and returns
+// its path.
+func demoInvite(ctx context.Context, st tollgate.Store, accountID string) (string, error) {
+	cs, ok := st.(tollgate.ConsoleStore)
+	if !ok {
+		return "", fmt.Errorf("the demo's store keeps no console invitations")
+	}
+	token, _, err := tollgate.IssueInvite(ctx, cs, accountID, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("invite the demo account to the console: %w", err)
+	}
+	return tollgate.InvitePath(token), nil
 }

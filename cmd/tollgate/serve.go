@@ -135,6 +135,10 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
+	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
+		m.Close(ctx)
+		return err
+	}
 	if err := m.openIdempotency(bgctx); err != nil {
 		m.Close(ctx)
 		return err
@@ -214,9 +218,10 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	routes := adminRoutes(cfg, st, m.Log)
-	if routes == nil {
-		routes = map[string]http.Handler{}
+	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.Log)
+	if err != nil {
+		m.Close(ctx)
+		return err
 	}
 	if m.Metrics != nil {
 		m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay})
