@@ -129,7 +129,7 @@ func TestIdempotencyCrashAfterTheChargeSQLite(t *testing.T) {
 	}
 
 	// A batch cut by a kill -9, resent after the lease.
-	idemCrashBatch(t, st, f, []*proc{b}, key, acct.ID, 1)
+	idemCrashBatch(t, st, f, []*proc{b}, key, acct.ID)
 	if t.Failed() {
 		logWarnings(t, []*proc{b})
 	}
@@ -220,35 +220,43 @@ func TestIdempotencyCrashAfterTheChargePostgres(t *testing.T) {
 	}
 
 	procs[0] = f.start()
-	idemCrashBatch(t, st, f, procs, key, acct.ID, 1)
+	idemCrashBatch(t, st, f, procs, key, acct.ID)
 	if t.Failed() {
 		logWarnings(t, procs)
 	}
 }
 
 // idemCrashBatch sends TOLLGATE_IDEM_CRASH_KEYS (default 100) keyed requests
-// spread over procs, kills procs[0] with kill -9 while they run, starts a
-// new process in its place, resends every key after the lease until each
-// has an answer (200 or 410), and checks that the ledger holds exactly one
-// charge per key. charged is the number of the account's charges before.
-func idemCrashBatch(t *testing.T, st tollgate.Store, f *procFleet, procs []*proc, apiKey, accountID string, charged int) {
+// spread over procs, TOLLGATE_IDEM_CRASH_CONC (64) at a time, each answered
+// by the backend after TOLLGATE_IDEM_CRASH_TTFT (1s); kills procs[0] with
+// kill -9 TOLLGATE_IDEM_CRASH_KILL_AFTER (1.5s) after the first, starts a new
+// process in its place, resends every key after the lease until each has
+// an answer (200 or 410), and checks that the ledger holds exactly one
+// charge per key.
+func idemCrashBatch(t *testing.T, st tollgate.Store, f *procFleet, procs []*proc, apiKey, accountID string) {
 	t.Helper()
-	n := 100
-	if v := os.Getenv("TOLLGATE_IDEM_CRASH_KEYS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("TOLLGATE_IDEM_CRASH_KEYS=%q", v)
+	charged := len(charges(t, st, accountID))
+	env := func(name, def string) string {
+		if v := os.Getenv(name); v != "" {
+			return v
 		}
+		return def
+	}
+	n, err1 := strconv.Atoi(env("TOLLGATE_IDEM_CRASH_KEYS", "100"))
+	conc, err2 := strconv.Atoi(env("TOLLGATE_IDEM_CRASH_CONC", "64"))
+	ttft, err3 := time.ParseDuration(env("TOLLGATE_IDEM_CRASH_TTFT", "1s"))
+	killAfter, err4 := time.ParseDuration(env("TOLLGATE_IDEM_CRASH_KILL_AFTER", "1500ms"))
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || n < 1 || conc < 1 {
+		t.Fatalf("TOLLGATE_IDEM_CRASH_*: %v %v %v %v", err1, err2, err3, err4)
 	}
 	keyOf := func(i int) string { return fmt.Sprintf("batch-%d", i) }
-	body := strings.Replace(idemCrashBody, "ttft=1500ms", "ttft=1000ms", 1)
-	const conc = 64
+	body := strings.Replace(idemCrashBody, "ttft=1500ms", "ttft="+ttft.String(), 1)
 	var firstOK, firstFailed atomic.Int64
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	killed := make(chan struct{})
 	go func() {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(killAfter)
 		procs[0].kill9(t)
 		close(killed)
 	}()
