@@ -108,8 +108,9 @@ func (a *API) authorized(header string) bool {
 	if a.opts.Token == "" {
 		return false
 	}
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok {
+	// The scheme is case-insensitive (RFC 9110 §11.1), as on the API listener.
+	scheme, got, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	h := sha256.Sum256([]byte(strings.TrimSpace(got)))

@@ -174,8 +174,12 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Parse(b, ".", func(string) string { return "x" }); err != nil {
+	c, err := Parse(b, ".", func(string) string { return "x" })
+	if err != nil {
 		t.Fatalf("tollgate.example.yaml: %v", err)
+	}
+	if c.Search.Provider != "searxng" || c.Models[0].SearchPrice != tollgate.MustParseAmount("0.001") || c.Models[1].SearchPrice != 0 {
+		t.Errorf("search %+v, search prices %d %d", c.Search, c.Models[0].SearchPrice, c.Models[1].SearchPrice)
 	}
 }
 
@@ -198,6 +202,170 @@ func TestBillingJournalDir(t *testing.T) {
 		}
 		if c.Billing.JournalDir != tc.want {
 			t.Errorf("journal dir %q, want %q, for\n%s", c.Billing.JournalDir, tc.want, tc.doc[len(minimal)-1:])
+		}
+	}
+}
+
+func TestSearchDefaultsOff(t *testing.T) {
+	c, err := Parse([]byte(minimal), ".", env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Search
+	if s.Enabled() || s.Provider != "off" || s.Timeout.D() != 10*time.Second || s.MaxSearches != 5 ||
+		s.CacheTTL.D() != 10*time.Minute || s.CacheEntries != 10000 || s.Price != 0 {
+		t.Errorf("defaults: %+v", s)
+	}
+	if c.Models[0].SearchPrice != 0 {
+		t.Errorf("model search price %d, want 0", c.Models[0].SearchPrice)
+	}
+}
+
+func TestSearchParsedAndPricesResolved(t *testing.T) {
+	doc := strings.Replace(minimal, "    max_output_tokens: 100\n", "    max_output_tokens: 100\n    search_price: \"0.000000000001\"\n", 1) +
+		`  - id: other
+    kind: cheap
+    context_length: 1000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up
+        rates: {input: "0", output: "0"}
+        nodes: [{url: "http://10.0.0.2:8000/v1"}]
+search:
+  provider: brave
+  api_key_env: BRAVE_API_KEY
+  timeout: 3s
+  max_searches: 20
+  cache_ttl: "off"
+  cache_entries: 7
+  price: 0.005
+`
+	c, err := Parse([]byte(doc), ".", env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o", "BRAVE_API_KEY": "bk"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Search
+	if !s.Enabled() || s.Provider != "brave" || s.URL != "https://api.search.brave.com" || s.APIKey != "bk" ||
+		s.Timeout.D() != 3*time.Second || s.MaxSearches != 20 || s.CacheTTL != Off || s.CacheTTLDuration() >= 0 || s.CacheEntries != 7 {
+		t.Errorf("search = %+v", s)
+	}
+	if want := tollgate.MustParseAmount("0.005"); s.Price != want || c.Models[1].SearchPrice != want {
+		t.Errorf("price %d, other model's %d, want %d", s.Price, c.Models[1].SearchPrice, want)
+	}
+	if c.Models[0].SearchPrice != 1 {
+		t.Errorf("overridden search price %d, want 1 picodollar", c.Models[0].SearchPrice)
+	}
+}
+
+func TestSearchValidationNamesTheKey(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o", "BRAVE_API_KEY": "bk"})
+	for _, tc := range []struct{ section, want string }{
+		{`{provider: google}`, `search.provider: "google" is not searxng, brave or off`},
+		{`{provider: searxng}`, `search.url: "" is not an http(s) base URL`},
+		{`{provider: searxng, url: "127.0.0.1:8888"}`, `search.url`},
+		{`{provider: searxng, url: "http://u:p@127.0.0.1:8888"}`, `search.url: must not hold credentials`},
+		{`{provider: searxng, url: "http://127.0.0.1:8888", api_key_env: BRAVE_API_KEY}`, `search.api_key_env: only brave`},
+		{`{provider: brave}`, `search.api_key_env: required with brave`},
+		{`{provider: brave, api_key_env: NOPE}`, `search.api_key_env: environment variable NOPE is empty or unset`},
+		{`{provider: searxng, url: "http://127.0.0.1:8888", timeout: "off"}`, `search.timeout`},
+		{`{provider: searxng, url: "http://127.0.0.1:8888", timeout: 3m}`, `search.timeout`},
+		{`{max_searches: 21}`, `search.max_searches: must be between 1 and 20`},
+		{`{max_searches: -1}`, `search.max_searches`},
+		{`{cache_entries: -5}`, `search.cache_entries`},
+		{`{price: "-0.01"}`, `search.price: "-0.01" must not be negative`},
+		{`{price: "0.0000000000001"}`, `search.price: money: "0.0000000000001" has more than 12 decimals`},
+		{`{price: "five"}`, `search.price`},
+		{`{provder: brave}`, `field provder not found`},
+	} {
+		_, err := Parse([]byte(minimal+"search: "+tc.section+"\n"), ".", e)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("search: %s: error %v, want it to contain %q", tc.section, err, tc.want)
+		}
+	}
+	doc := strings.Replace(minimal, "    max_output_tokens: 100\n", "    max_output_tokens: 100\n    search_price: \"1e-3\"\n", 1)
+	if _, err := Parse([]byte(doc), ".", e); err == nil || !strings.Contains(err.Error(), "models[0] (m).search_price") {
+		t.Errorf("bad search_price: %v", err)
+	}
+	// The store commands do not need the provider's key.
+	if _, err := parse([]byte(minimal+"search: {provider: brave, api_key_env: NOPE}\n"), ".", e, false); err != nil {
+		t.Errorf("store-only load needs the search key: %v", err)
+	}
+}
+
+// The outlier-detection settings of health: defaults, and the ranges refused.
+func TestHealthOutlierSettings(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	c, err := Parse([]byte(minimal), ".", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Health
+	if h.FailurePercent != 50 || h.Window.D() != 30*time.Second || h.MinRequests != 20 ||
+		h.EjectionBase.D() != 30*time.Second || h.EjectionMax.D() != 5*time.Minute || h.MaxEjectedPercent != 50 {
+		t.Fatalf("defaults: %+v", h)
+	}
+	for _, bad := range []struct{ yaml, key string }{
+		{"health: {failure_percent: 101}\n", "health.failure_percent"},
+		{"health: {max_ejected_percent: -1}\n", "health.max_ejected_percent"},
+		{"health: {min_requests: -5}\n", "health.min_requests"},
+		{"health: {ejection_base: 10m, ejection_max: 1m}\n", "health.ejection_base"},
+		{"health: {window: \"off\"}\n", "health.window"},
+		{"health: {failure_threshold: -1}\n", "health.failure_threshold"},
+	} {
+		if _, err := Parse([]byte(minimal+bad.yaml), ".", e); err == nil || !strings.Contains(err.Error(), bad.key) {
+			t.Errorf("%q: %v, want an error naming %s", bad.yaml, err, bad.key)
+		}
+	}
+}
+
+// The compose deployment's config (deploy/tollgate.yaml) is valid: PostgreSQL,
+// an admin listener for Prometheus, SearXNG.
+func TestDeployConfigIsValid(t *testing.T) {
+	b, err := os.ReadFile("../deploy/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(b, ".", func(string) string { return "x" })
+	if err != nil {
+		t.Fatalf("deploy/tollgate.yaml: %v", err)
+	}
+	if c.Store.Driver != "postgres" || c.Listen.Admin == "" || c.Search.Provider != "searxng" {
+		t.Errorf("store %q, admin %q, search %q", c.Store.Driver, c.Listen.Admin, c.Search.Provider)
+	}
+}
+// listen.tls: both files, resolved against the config's directory; only
+// known listener names; timeouts.request_body defaults to 60s.
+func TestListenTLSAndRequestBody(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	withTLS := func(tls string) string {
+		return strings.Replace(minimal, `listen: {api: "127.0.0.1:0"}`, `listen: {api: "127.0.0.1:0", tls: `+tls+`}`, 1)
+	}
+	c, err := Parse([]byte(withTLS(`{cert_file: tls/c.pem, key_file: /k.pem, listeners: [api]}`)), "/etc/tg", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl := c.Listen.TLS; tl.CertFile != "/etc/tg/tls/c.pem" || tl.KeyFile != "/k.pem" || !tl.Serves("api") || tl.Serves("admin") {
+		t.Errorf("tls %+v", tl)
+	}
+	if c.Timeouts.RequestBody.D() != 60*time.Second {
+		t.Errorf("request_body default %v", c.Timeouts.RequestBody.D())
+	}
+	c, _ = Parse([]byte(withTLS(`{cert_file: c, key_file: k}`)), ".", e)
+	if !c.Listen.TLS.Serves("admin") || !c.Listen.TLS.Serves("public") {
+		t.Error("listen.tls without listeners does not serve every listener")
+	}
+	var none *ListenTLS
+	if none.Serves("api") {
+		t.Error("no listen.tls serves TLS")
+	}
+	for doc, key := range map[string]string{
+		withTLS(`{cert_file: c}`):                              "listen.tls",
+		withTLS(`{cert_file: c, key_file: k, listeners: [x]}`): "listen.tls.listeners",
+		minimal + "timeouts: {request_body: \"off\"}\n":        "timeouts.request_body",
+	} {
+		if _, err := Parse([]byte(doc), ".", e); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming %s", doc[:60], err, key)
 		}
 	}
 }

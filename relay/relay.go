@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,6 +28,8 @@ type Options struct {
 	Health           HealthPolicy
 	// MaxUpstreamBody bounds a non-streamed upstream answer; default 64 MiB.
 	MaxUpstreamBody int64
+	// MaxSearches bounds the web searches of one request; default 5.
+	MaxSearches int
 }
 
 func (o *Options) setDefaults() {
@@ -43,13 +43,12 @@ func (o *Options) setDefaults() {
 	def(&o.StreamIdle, 5*time.Minute)
 	def(&o.KeepAlive, 15*time.Second)
 	def(&o.ConnectTimeout, 10*time.Second)
-	def(&o.Health.BackoffMin, time.Second)
-	def(&o.Health.BackoffMax, time.Minute)
-	if o.Health.FailureThreshold <= 0 {
-		o.Health.FailureThreshold = 3
-	}
+	o.Health.setDefaults()
 	if o.MaxUpstreamBody <= 0 {
 		o.MaxUpstreamBody = 64 << 20
+	}
+	if o.MaxSearches <= 0 {
+		o.MaxSearches = DefaultMaxSearches
 	}
 }
 
@@ -63,6 +62,17 @@ type Deps struct {
 	Traffic TrafficCounter  // counts served requests per class
 	Biller  tollgate.Biller // holds and settles money; nil: billing off
 	Log     *slog.Logger
+	// Search runs web searches; nil: web search is off and
+	// web_search_options is refused.
+	Search Searcher
+	// Streams counts the streams in flight (a metrics gauge); may be nil.
+	Streams Gauge
+}
+
+// Gauge is a number that goes up and down (prometheus.Gauge).
+type Gauge interface {
+	Inc()
+	Dec()
 }
 
 // Relay serves chat completions. It is safe for concurrent use; the catalogue
@@ -75,6 +85,8 @@ type Relay struct {
 	opts    Options
 	traffic TrafficCounter
 	biller  tollgate.Biller
+	search  Searcher
+	streams Gauge
 	log     *slog.Logger
 	now     func() time.Time
 	bufs    sync.Pool
@@ -104,6 +116,8 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		opts:    opts,
 		traffic: deps.Traffic,
 		biller:  deps.Biller,
+		search:  deps.Search,
+		streams: deps.Streams,
 		log:     log,
 		now:     time.Now,
 	}
@@ -112,14 +126,12 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	return r
 }
 
-// h1For returns the node's synchronous HTTP/1.1 client, or nil for https
-// nodes (they go through net/http for TLS and HTTP/2).
+// h1For returns the node's client (upstream.go), made on first use; nil
+// only for a node URL it cannot serve (the config allows none).
 func (r *Relay) h1For(n *Node) *h1Pool {
 	n.h1Once.Do(func() {
-		if strings.HasPrefix(n.BaseURL, "http://") {
-			if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
-				n.h1.Store(p)
-			}
+		if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
+			n.h1.Store(p)
 		}
 	})
 	return n.h1.Load()
@@ -162,6 +174,10 @@ type Call struct {
 	Cost         tollgate.Amount
 	Outcome      string // served, failed, disconnected, ...
 	UpstreamTime time.Duration
+	Stream       bool          // the client asked for a stream
+	FirstToken   time.Time     // when the first generated token was sent (streams)
+	ErrorCode    tollgate.Code // a failure delivered inside a stream
+	Searches     int64         // web searches charged
 }
 
 // ServeChat handles POST /v1/chat/completions for an authenticated call. It
@@ -189,9 +205,10 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 			"%s is too large: %d; model %s produces at most %d tokens", maxTokensParam(cr), cr.MaxTokens, m.ID, m.MaxOutputTokens)
 	}
 	needs := cr.Needs
-	if needs.Has(tollgate.CapWebSearch) {
-		// Web search is served by tollgate itself (SPEC.md); this build has
-		// no search provider configured, so no model can take it.
+	webSearch := needs.Has(tollgate.CapWebSearch)
+	if webSearch && r.search == nil {
+		// Web search is served by tollgate itself (SPEC.md): without a
+		// search provider no model can take it.
 		return &tollgate.Error{Code: tollgate.CodeCapabilityNotSupported, Param: "web_search_options",
 			Message: "web search is not enabled on this service (no search provider is configured)"}
 	}
@@ -199,9 +216,20 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	if err != nil {
 		return err
 	}
+	if able, err = honouring(m, able, cr); err != nil {
+		return err
+	}
 	b, node, err := r.picker.route(m, able, nil)
 	if err != nil {
 		return err
+	}
+	call.Stream = cr.Stream
+	if cr.Stream && r.streams != nil {
+		r.streams.Inc()
+		defer r.streams.Dec()
+	}
+	if webSearch {
+		return r.serveSearch(w, req, call, cr, m, b, node)
 	}
 	outCap := cr.MaxTokens
 	if outCap == 0 {
@@ -278,7 +306,6 @@ func holdAmount(p tollgate.Prices, promptBound, outputCap int64) (tollgate.Amoun
 
 var (
 	jsonContentType = []string{"application/json"}
-	acceptBoth      = []string{"application/json, text/event-stream"}
 )
 
 // exchange is one request's trip to one backend.
@@ -293,6 +320,7 @@ type exchange struct {
 	promptEstimate int64
 	holdID         string
 	settled        bool
+	searches       int64 // web searches that ran (search requests only)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
@@ -318,6 +346,9 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
 		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
 		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
+	}
+	if x.searches > 0 {
+		c.Searches, c.SearchPrice = x.searches, x.model.SearchPrice
 	}
 	if u.CachedTokens != nil {
 		c.CachedTokens = *u.CachedTokens
@@ -355,35 +386,15 @@ func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID
 func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		start := x.r.now()
-		var resp *http.Response
-		var err error
-		if h1 := x.r.h1For(x.node); h1 != nil {
-			head := upstreamHead{requestID: x.call.RequestID}
-			if x.node.Key != "" {
-				head.authorization = x.node.authorization()[0]
-			}
-			resp, err = h1.post(ctx, head, x.body)
-		} else {
-			// One map literal with shared, read-only values: the transport only reads them.
-			header := http.Header{
-				"Content-Type": jsonContentType,
-				"Accept":       acceptBoth,
-				"X-Request-Id": {x.call.RequestID},
-			}
-			if x.node.Key != "" {
-				header["Authorization"] = x.node.authorization()
-			}
-			// The transport, not http.Client: a model server's redirect is an
-			// error, not something to follow, and the client's bookkeeping
-			// costs allocations on every request.
-			var req *http.Request
-			req, err = http.NewRequestWithContext(ctx, http.MethodPost, x.node.BaseURL+"/chat/completions", bytes.NewReader(x.body))
-			if err != nil {
-				return nil, fmt.Errorf("build upstream request: %w", err)
-			}
-			req.Header = header
-			resp, err = x.r.client.Transport.RoundTrip(req)
+		h1 := x.r.h1For(x.node)
+		if h1 == nil {
+			return nil, fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 		}
+		head := upstreamHead{requestID: x.call.RequestID}
+		if x.node.Key != "" {
+			head.authorization = x.node.authorization()[0]
+		}
+		resp, err := h1.post(ctx, head, x.body)
 		x.call.UpstreamTime = x.r.now().Sub(start)
 		if err == nil {
 			return resp, nil
@@ -392,7 +403,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			x.node.reportFailure(x.r.opts.Health, true, x.r.now())
+			x.node.reportUnreachable(x.r.opts.Health, true, x.r.now())
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
 				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node); n != nil {
 					x.node.release()
@@ -406,7 +417,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, &tollgate.Error{Code: tollgate.CodeBackendUnavailable, RetryAfter: 2, Err: err,
 				Message: "no backend of model " + x.model.ID + " can take the request now; retry shortly"}
 		} else {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 		}
 		return nil, err
 	}
@@ -449,7 +460,9 @@ func classHeader(c tollgate.BackendClass) []string {
 func (x *exchange) classifyStatus(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
+	} else {
+		x.upstreamOK() // a 4xx is the node answering
 	}
 	e := openai.ClassifyUpstreamError(x.node.Flavour, resp.StatusCode, body)
 	x.r.log.Warn("upstream error", "request_id", x.call.RequestID, "node", x.node.Name, "status", resp.StatusCode, "code", e.Code)
@@ -474,15 +487,15 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return x.transportError(ctx, req, err)
 	}
 	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return err
 	}
-	x.node.reportSuccess()
+	x.upstreamOK()
 	u := nr.FinalUsage(x.promptEstimate)
 	cost, err := x.cost(u)
 	if err != nil {
@@ -520,7 +533,7 @@ func (x *exchange) transportError(ctx context.Context, req *http.Request, err er
 		return &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "client closed the request", Err: err}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return &tollgate.Error{Code: tollgate.CodeTimeout, Err: err,
 			Message: fmt.Sprintf("the model produced no answer within %s; the request was cancelled and not charged", x.r.opts.NonStreamTimeout)}
 	}

@@ -74,7 +74,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		// below. A node that takes a request and never answers it is failing
 		// (passive health counts timeouts, as for non-streamed requests).
 		readErr = err
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 	case err != nil:
 		failure = x.transportError(ctx, req, err)
 	case resp.StatusCode/100 != 2:
@@ -85,7 +85,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		if !isEventStream(resp.Header.Get("Content-Type")) {
 			// A server that answers a stream with one JSON body is reporting an error.
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 			failure = openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 			break
 		}
@@ -130,6 +130,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 				// a burst that arrived with them: time to first token is
 				// what a streaming client waits on.
 				firstToken = true
+				x.call.FirstToken = x.r.now()
 				s.flush()
 			}
 			if pr != nil && now >= nextProgress && norm.DeliveredBytes() > 0 {
@@ -161,9 +162,9 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	}
 	if resp != nil && resp.StatusCode/100 == 2 {
 		if failure != nil && !clientGone {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 		} else if served {
-			x.node.reportSuccess()
+			x.upstreamOK()
 		}
 	}
 
@@ -213,6 +214,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		if !errors.As(failure, &te) {
 			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
 		}
+		x.call.ErrorCode = te.Code
 		s.buf = openai.AppendData(s.buf, openai.ErrorEvent(te))
 	} else {
 		s.buf = append(s.buf, openai.DoneEvent...)

@@ -14,7 +14,7 @@ import (
 func statusOf(c tollgate.Code) int {
 	switch c {
 	case tollgate.CodeInvalidJSON, tollgate.CodeInvalidRequest, tollgate.CodeCapabilityNotSupported,
-		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeInvalidIdempotencyKey,
+		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeParameterNotSupported, tollgate.CodeInvalidIdempotencyKey,
 		tollgate.CodeContextLengthExceeded:
 		return http.StatusBadRequest
 	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,
@@ -46,6 +46,8 @@ func statusOf(c tollgate.Code) int {
 		return http.StatusServiceUnavailable
 	case tollgate.CodeTimeout:
 		return http.StatusGatewayTimeout
+	case tollgate.CodeRequestTimeout:
+		return http.StatusRequestTimeout
 	}
 	return http.StatusInternalServerError
 }
@@ -62,6 +64,9 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
 	}
 	status := statusOf(e.Code)
+	if ri := infoFrom(w); ri != nil {
+		ri.code = e.Code
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
@@ -81,7 +86,7 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 
 // HTTPErrorBody renders the HTTP server's own answers to requests it could
 // not read (a malformed request line or header, headers too large, an
-// unsupported Transfer-Encoding; httpd.Server.ErrorBody) in the protocol's
+// unsupported Transfer-Encoding; EnvelopeListener) in the protocol's
 // error envelope, so that every answer of the service has an error.code.
 func HTTPErrorBody(status int, message string) (contentType string, body []byte) {
 	code := tollgate.CodeInvalidRequest

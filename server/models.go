@@ -57,6 +57,12 @@ func appendModel(out []byte, m *relay.Model, created int64) []byte {
 			out = appendPrices(out, b.Prices)
 		}
 	}
+	if m.Caps.Has(tollgate.CapWebSearch) {
+		// USD per web search that ran (docs/api.md "Web search").
+		out = append(out, `,"web_search":"`...)
+		out = append(out, m.SearchPrice.String()...)
+		out = append(out, '"')
+	}
 	out = append(out, `},"backends":[`...)
 	for i, b := range m.Backends {
 		if i > 0 {

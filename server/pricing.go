@@ -111,6 +111,12 @@ func BuildPricing(cat *relay.Catalog, networkServed, allServed int64) []byte {
 		}
 		out = append(out, `,"average":`...)
 		out = appendPrices(out, avg)
+		if m.Caps.Has(tollgate.CapWebSearch) {
+			// An extra field: USD per web search that ran, not per 1M tokens.
+			out = append(out, `,"web_search":"`...)
+			out = append(out, m.SearchPrice.String()...)
+			out = append(out, '"')
+		}
 		out = append(out, '}')
 	}
 	out = append(out, `],"network_uptime_7d":`...)

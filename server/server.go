@@ -5,15 +5,18 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -43,6 +46,15 @@ type Server struct {
 	Now    func() time.Time
 	// Idempotency runs requests with an Idempotency-Key; nil: the header is ignored.
 	Idempotency *idempotency.Keeper
+	// Metrics records every chat request; nil: no metrics.
+	Metrics *metrics.Metrics
+	// Version is reported by /healthz.
+	Version string
+
+	draining atomic.Bool
+	// BodyTimeout bounds the time to receive a request body, from the
+	// end of its headers (timeouts.request_body); 0: no bound.
+	BodyTimeout time.Duration
 
 	pricing pricingCache
 	ids     *requestIDs
@@ -205,21 +217,48 @@ func allowed(methods, m string) bool {
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	b, _ := json.Marshal(struct {
+		Status  string `json:"status"`
+		Version string `json:"version,omitempty"`
+	}{"ok", s.Version})
+	_, _ = w.Write(append(b, '\n'))
 	return nil
 }
 
+// SetDraining makes /readyz answer 503 from now on: shutdown has begun, the
+// load balancer should send no more requests.
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// readyz is 200 when the instance can serve, else 503 with the reason: the
+// shutdown has begun, the store does not answer, or a model has no node in
+// rotation.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
-	if s.Ready != nil {
+	reason := ""
+	switch {
+	case s.draining.Load():
+		reason = "shutting down"
+	case s.Ready != nil:
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.Ready(ctx); err != nil {
-			s.Log.Warn("not ready", "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"unavailable"}` + "\n"))
-			return nil
+			s.Log.Warn("not ready: the store does not answer", "err", err)
+			reason = "the store does not answer"
 		}
 	}
-	return s.healthz(w, r)
+	if reason == "" && s.Relay != nil {
+		if models := s.Relay.Unservable(); len(models) > 0 {
+			reason = "no node in rotation for model " + strings.Join(models, ", ")
+		}
+	}
+	if reason == "" {
+		return s.healthz(w, r)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	b, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		Reason string `json:"reason"`
+	}{"unavailable", reason})
+	_, _ = w.Write(append(b, '\n'))
+	return nil
 }

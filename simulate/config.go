@@ -105,6 +105,14 @@ type Behaviour struct {
 	Fault      Fault // failure to inject
 	FaultAfter int   // tokens streamed before stall, cut, malformed and stream_error (0: 2)
 
+	// Web search, when the request offers a function named web_search.
+	NoSearch    bool      // answer without searching
+	Searches    int       // web_search calls per searching turn (0: 1)
+	SearchTurns int       // turns that search before the answer (0: 1)
+	SearchFault string    // appended to every query as " simfault=<value>" for the search provider
+	Cite        CiteStyle // how the answer cites the results (default markdown)
+	CiteForeign bool      // also cite a URL that is not among the results
+
 	// UsageOnLastDelta puts streamed usage on the chunk that carries
 	// finish_reason instead of a separate chunk with "choices": [] (a quirk of
 	// some OpenAI-compatible servers).
@@ -151,6 +159,7 @@ type override struct {
 	b   Behaviour
 	// which fields were given
 	ttft, gap, tokens, reasoning, tools, cached, fault, after, usage bool
+	search, searches, searchTurns, searchFault, cite, citeForeign    bool
 }
 
 func (o *override) apply(b Behaviour) Behaviour {
@@ -185,6 +194,24 @@ func (o *override) apply(b Behaviour) Behaviour {
 	}
 	if o.usage {
 		b.UsageOnLastDelta = o.b.UsageOnLastDelta
+	}
+	if o.search {
+		b.NoSearch = o.b.NoSearch
+	}
+	if o.searches {
+		b.Searches = o.b.Searches
+	}
+	if o.searchTurns {
+		b.SearchTurns = o.b.SearchTurns
+	}
+	if o.searchFault {
+		b.SearchFault = o.b.SearchFault
+	}
+	if o.cite {
+		b.Cite = o.b.Cite
+	}
+	if o.citeForeign {
+		b.CiteForeign = o.b.CiteForeign
 	}
 	return b
 }
@@ -250,6 +277,34 @@ func (o *override) setSwitch(k, v string) error {
 	case "gap", "token_gap":
 		o.b.TokenGap, err = dur()
 		o.gap = true
+	case "search":
+		var n int
+		n, err = atoi()
+		o.b.NoSearch = n == 0
+		o.search = true
+	case "searches":
+		o.b.Searches, err = atoi()
+		o.searches = true
+	case "search_turns":
+		o.b.SearchTurns, err = atoi()
+		o.searchTurns = true
+	case "search_fault":
+		if v == "none" {
+			v = ""
+		}
+		if _, perr := ParseSearchFault(v); perr != nil {
+			return fmt.Errorf("switch search_fault=%q: %v", v, perr)
+		}
+		o.b.SearchFault = v
+		o.searchFault = true
+	case "cite":
+		o.b.Cite, err = ParseCiteStyle(v)
+		o.cite = true
+	case "cite_foreign":
+		var n int
+		n, err = atoi()
+		o.b.CiteForeign = n > 0
+		o.citeForeign = true
 	case "usage":
 		switch v {
 		case "last", "last_delta":

@@ -22,7 +22,8 @@
 //	                          NoTools, NoReasoning, NoImages, NoPDF, PromptPrice, CompletionPrice,
 //	                          MaxRecorded, Behaviour
 //	type Behaviour struct     TTFT, TokenGap, OutputTokens, ReasoningTokens, AlwaysReason,
-//	                          NoToolCalls, ToolCalls, CachedTokens, Fault, FaultAfter, UsageOnLastDelta
+//	                          NoToolCalls, ToolCalls, CachedTokens, Fault, FaultAfter, UsageOnLastDelta,
+//	                          NoSearch, Searches, SearchTurns, SearchFault, Cite, CiteForeign
 //	func New(Config) *Server
 //	func Start(Config) (*Running, error); func Listen(Config, addr string) (*Running, error)
 //	(*Server) ServeHTTP, Flavour, Behaviour, SetBehaviour, SetFault, Stats, Requests,
@@ -30,6 +31,21 @@
 //	(*Running) URL, Addr, RefuseConnections, Close, Shutdown (and every *Server method)
 //	type Stats struct         Requests, InFlight, OpenStreams, Cancelled, Completed
 //	type Recorded struct      Method, Path, Header, Body
+//	type CiteStyle string     CiteMarkdown, CiteURL, CiteNumber, CiteAll, CiteNone; ParseCiteStyle
+//	const ForeignURL          the URL cited with cite_foreign=1, never a search result
+//
+// Web search providers:
+//
+//	type SearchFlavour string SearXNG, Brave; ParseSearchFlavour
+//	type SearchFault string   SearchFault500, SearchFault403, SearchFaultSlow, SearchFaultHang,
+//	                          SearchFaultGarbage; ParseSearchFault, SearchFaults
+//	type SearchConfig struct  Flavour, JSONDisabled, Token, SlowDelay, Fault, MaxRecorded
+//	func NewSearch(SearchConfig) *Search
+//	func StartSearch(SearchConfig) (*RunningSearch, error); func ListenSearch(SearchConfig, addr string) (*RunningSearch, error)
+//	(*Search) ServeHTTP, Flavour, Fault, SetFault, Stats, Requests, LastRequest, Reset,
+//	          WaitStats, WaitIdle
+//	(*RunningSearch) URL, Addr, RefuseConnections, Close, Shutdown (and every *Search method)
+//	type SearchStats struct   Requests, InFlight, Cancelled, Completed
 //
 // # Per-request switches
 //
@@ -45,7 +61,10 @@
 //
 // The marker wins over the headers. Keys: fault (a Fault name or "none"),
 // tokens, reasoning, tools, cached, after (integers), ttft, gap (Go durations
-// or milliseconds), usage (last or separate).
+// or milliseconds), usage (last or separate); for web search: search (0
+// disables it), searches, search_turns (integers), search_fault (a
+// SearchFault name), cite (markdown, url, number, all, none), cite_foreign
+// (0 or 1). See websearch.go and docs/simulator.md.
 //
 // # Determinism
 //

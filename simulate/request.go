@@ -36,6 +36,14 @@ type chatRequest struct {
 	images       int
 	files        int
 	lastUser     []byte // raw JSON text of the last user message's text parts
+
+	// Web search state of the conversation (see websearch.go).
+	lastTool    bool     // the last message is a tool result
+	searchDone  int      // assistant turns with web_search calls since the last user message
+	searchSeen  bool     // a search tool result since the last user message
+	noMore      bool     // a tool result since the last user message says no more searches
+	searchTexts [][]byte // raw text of every tool result of the conversation holding search results
+	searchFrom  int      // searchTexts[searchFrom:] came after the last user message
 }
 
 // flagMember skips the value at vs and sets *flag when it is an object whose
@@ -254,7 +262,8 @@ func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 		r.nMessages++
 		r.promptTokens += tokensPerMessage
 		var role []byte
-		var text []byte // raw text of this message (first text part, or content string)
+		var text []byte      // raw text of this message (first text part, or content string)
+		var toolCalls []byte // raw tool_calls of an assistant message
 		next, err := eachMember(body, ms, func(k []byte, v int) (int, error) {
 			switch string(k) {
 			case "role":
@@ -277,6 +286,9 @@ func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 			case "tool_calls", "name", "tool_call_id", "reasoning_content", "reasoning":
 				next, err := skipValue(body, v)
 				r.promptTokens += ceilDiv(next-v, 4)
+				if string(k) == "tool_calls" {
+					toolCalls = body[v:next]
+				}
 				return next, err
 			}
 			return skipValue(body, v)
@@ -284,10 +296,20 @@ func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 		if err != nil {
 			return next, err
 		}
+		r.lastTool = false
 		switch string(role) {
 		case "user":
 			r.lastUser = text
-		case "system", "developer", "assistant", "tool", "function":
+			r.searchDone, r.searchSeen, r.noMore = 0, false, false
+			r.searchFrom = len(r.searchTexts)
+		case "assistant":
+			if toolCalls != nil && indexBytes(toolCalls, `"`+webSearchName+`"`) >= 0 {
+				r.searchDone++
+			}
+		case "tool":
+			r.lastTool = true
+			r.noteToolResult(text)
+		case "system", "developer", "function":
 		default:
 			r.badRole = true
 		}

@@ -10,10 +10,20 @@ import (
 	"time"
 )
 
-// Running is a simulated server listening on a real port.
+// Running is a simulated model server listening on a real port.
 type Running struct {
 	*Server
+	*listener
+}
 
+// RunningSearch is a simulated search provider listening on a real port.
+type RunningSearch struct {
+	*Search
+	*listener
+}
+
+// listener serves a handler on a real port and can refuse connections.
+type listener struct {
 	addr string
 	srv  *http.Server
 
@@ -38,18 +48,41 @@ func Listen(cfg Config, addr string) (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulate: listen %s: %w", addr, err)
 	}
-	r := &Running{Server: New(cfg), addr: ln.Addr().String(), conns: make(map[net.Conn]struct{})}
-	r.srv = &http.Server{
-		Handler:           r.Server,
-		ReadHeaderTimeout: 10 * time.Second,
-		ConnState:         r.connState,
-		ErrorLog:          nil,
-	}
-	r.serve(ln)
-	return r, nil
+	s := New(cfg)
+	return &Running{Server: s, listener: newListener(ln, s)}, nil
 }
 
-func (r *Running) serve(ln net.Listener) {
+// StartSearch listens on 127.0.0.1 on a free port and serves a simulated
+// search provider.
+func StartSearch(cfg SearchConfig) (*RunningSearch, error) {
+	return ListenSearch(cfg, "127.0.0.1:0")
+}
+
+// ListenSearch serves a simulated search provider on addr.
+func ListenSearch(cfg SearchConfig, addr string) (*RunningSearch, error) {
+	if _, err := ParseSearchFlavour(string(cfg.Flavour)); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("simulate: listen %s: %w", addr, err)
+	}
+	s := NewSearch(cfg)
+	return &RunningSearch{Search: s, listener: newListener(ln, s)}, nil
+}
+
+func newListener(ln net.Listener, h http.Handler) *listener {
+	r := &listener{addr: ln.Addr().String(), conns: make(map[net.Conn]struct{})}
+	r.srv = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnState:         r.connState,
+	}
+	r.serve(ln)
+	return r
+}
+
+func (r *listener) serve(ln net.Listener) {
 	r.ln = ln
 	r.serving.Add(1)
 	go func() {
@@ -58,7 +91,7 @@ func (r *Running) serve(ln net.Listener) {
 	}()
 }
 
-func (r *Running) connState(c net.Conn, st http.ConnState) {
+func (r *listener) connState(c net.Conn, st http.ConnState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch st {
@@ -71,15 +104,15 @@ func (r *Running) connState(c net.Conn, st http.ConnState) {
 
 // URL is the server's base address, e.g. "http://127.0.0.1:40123" (append
 // "/v1", or "/api/v1" for OpenRouter).
-func (r *Running) URL() string { return "http://" + r.addr }
+func (r *listener) URL() string { return "http://" + r.addr }
 
 // Addr is host:port.
-func (r *Running) Addr() string { return r.addr }
+func (r *listener) Addr() string { return r.addr }
 
 // RefuseConnections(true) closes the listener and every open connection, so
 // new connections are refused (ECONNREFUSED) and pooled ones fail;
 // RefuseConnections(false) listens again on the same port.
-func (r *Running) RefuseConnections(refuse bool) error {
+func (r *listener) RefuseConnections(refuse bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -108,7 +141,7 @@ func (r *Running) RefuseConnections(refuse bool) error {
 }
 
 // Close stops the server at once, cutting running requests.
-func (r *Running) Close() error {
+func (r *listener) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
@@ -118,7 +151,7 @@ func (r *Running) Close() error {
 }
 
 // Shutdown stops accepting and waits for running requests until ctx ends.
-func (r *Running) Shutdown(ctx context.Context) error {
+func (r *listener) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()

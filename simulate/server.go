@@ -433,7 +433,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		done = true
 		return
 	}
-	p := s.plan(req, beh)
+	// tools=N given with the request also asks for client tool calls in a
+	// turn that searches.
+	clientCalls := 0
+	if ov.tools || mov.tools {
+		clientCalls = beh.ToolCalls
+	}
+	p := s.plan(req, beh, clientCalls)
 	if req.stream {
 		done = s.stream(w, r, p, beh)
 		return
@@ -486,7 +492,7 @@ func (s *Server) validate(req *chatRequest, beh Behaviour) *apiError {
 }
 
 // plan decides the whole answer.
-func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
+func (s *Server) plan(req *chatRequest, beh Behaviour, clientCalls int) *plan {
 	p := &plan{created: time.Now().Unix(), prompt: req.promptTokens, stream: req.stream}
 	p.id = s.newID()
 	p.model = req.model
@@ -536,8 +542,9 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 	var tools []toolDef
 	wantTools := req.toolsRaw != nil && !s.cfg.NoTools && !beh.NoToolCalls &&
 		(req.toolChoice != "none" || s.flavour == Ollama)
+	ws := s.searchPlan(req, beh)
 	if wantTools {
-		tools = req.tools()
+		tools = withoutWebSearch(req.tools(), ws.offered)
 		if req.toolChoice == "function" && req.toolChoiceName != "" && s.flavour != LlamaCpp && s.flavour != Ollama {
 			for _, t := range tools {
 				if t.Function.Name == req.toolChoiceName {
@@ -579,6 +586,38 @@ func (s *Server) plan(req *chatRequest, beh Behaviour) *plan {
 		c.finish = "stop"
 		if r < reasonTokens {
 			c.finish = "length"
+			continue
+		}
+		if ws.mode == searchCall {
+			for _, q := range ws.queries {
+				tc := toolCall{id: s.newToolID(), name: webSearchName, args: searchArgs(q)}
+				c.tools = append(c.tools, tc)
+				c.tokens += toolTokens(tc)
+			}
+			for k := 0; k < clientCalls && len(tools) > 0; k++ {
+				t := tools[k%len(tools)]
+				tc := toolCall{id: s.newToolID(), name: t.Function.Name, args: toolArgs(t.Function.Parameters)}
+				c.tools = append(c.tools, tc)
+				c.tokens += toolTokens(tc)
+			}
+			c.finish = "tool_calls"
+			continue
+		}
+		if ws.mode == searchAnswer {
+			want := ws.answer(cs)
+			got := take(len(want))
+			c.content = want[:got]
+			c.tokens += got
+			if got < len(want) {
+				c.finish = "length"
+			}
+			if stopped := false; len(req.stop) > 0 {
+				c.content, stopped = applyStop(c.content, req.stop)
+				if stopped {
+					c.tokens = r + len(c.content)
+					c.finish = "stop"
+				}
+			}
 			continue
 		}
 		if len(tools) > 0 {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -38,7 +40,8 @@ var demoSimulators = []struct {
 	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, NoImages: true, NoPDF: true}},
 }
 
-// demoConfig is the demo's catalogue. It is built to show every rule:
+// demoConfig is the demo's catalogue. It is built to show every rule
+// (web search, served through a simulated SearXNG, on every model with tools):
 // only the coder reads images and PDFs; the coder's network reads PDFs but
 // does not reason while its fallback reasons but reads no PDFs (so PDF +
 // reasoning is capability_combination_unsupported); the cheap model has
@@ -48,10 +51,16 @@ const demoConfig = `# tollgate demo config: written by 'tollgate demo' at every 
 # the database beside it and are kept across runs.
 listen:
   api: {{api}}
+  admin: {{admin}}                 # /healthz, /readyz, /metrics, the admin API (loopback only)
+admin_token_env: TOLLGATE_DEMO_ADMIN_TOKEN
 store:
   sqlite: tollgate.db
 health:
   interval: 5s
+search:
+  provider: searxng                # a simulated SearXNG instance
+  url: "{{searxng}}"
+  price: "0.004"                   # USD per search that ran
 models:
   - id: tg-coder
     kind: coder
@@ -143,7 +152,19 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 		defer run.Close()
 		urls[s.name] = run.URL()
 	}
+	searx, err := simulate.StartSearch(simulate.SearchConfig{Flavour: simulate.SearXNG})
+	if err != nil {
+		return fmt.Errorf("start simulated search provider: %w", err)
+	}
+	defer searx.Close()
+	urls["searxng"] = searx.URL()
 	urls["api"] = *listen
+	urls["admin"] = "127.0.0.1:0"
+	adminToken, err := ensureDemoAdminToken(*dir)
+	if err != nil {
+		return err
+	}
+	os.Setenv("TOLLGATE_DEMO_ADMIN_TOKEN", adminToken)
 	if ln, err := net.Listen("tcp", *listen); err != nil {
 		urls["api"] = "127.0.0.1:0"
 	} else {
@@ -180,11 +201,18 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
     -H "Authorization: Bearer $OPENAI_API_KEY" -H "Content-Type: application/json" \
     -d '{"model":"tg-chat","messages":[{"role":"user","content":"Say hello"}]}'
 
+  curl -s $OPENAI_BASE_URL/chat/completions \
+    -H "Authorization: Bearer $OPENAI_API_KEY" -H "Content-Type: application/json" \
+    -d '{"model":"tg-chat","web_search_options":{},"messages":[{"role":"user","content":"What is new in Lisbon?"}]}'
+
   curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
   curl -s %s/pricing                       # public rates
 
+  Operators: http://%s/metrics  /healthz  /readyz
+  (admin API and /debug/pprof/: Authorization: Bearer %s)
+
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), cfgPath)
+`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), m.Addr("admin"), adminToken, cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 
@@ -231,4 +259,22 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 		return "", err
 	}
 	return secret, nil
+}
+
+// ensureDemoAdminToken returns the demo's admin token, made on the first run
+// and kept in DIR/admin-token (mode 0600).
+func ensureDemoAdminToken(dir string) (string, error) {
+	path := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
 }

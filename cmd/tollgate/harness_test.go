@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ type harness struct {
 	t      *testing.T
 	main   *Main
 	sims   map[string]*simulate.Running
+	search *simulate.RunningSearch // the demo's simulated SearXNG
 	key    string
 	acct   tollgate.Account
 	keyRec tollgate.Key
@@ -41,6 +43,10 @@ type harnessOptions struct {
 	models    string       // more entries of the models list; {{name}} is a simulator's URL
 	log       *slog.Logger // Main's logger (default: discarded)
 	listen    string       // more listeners under listen:, such as "  admin: 127.0.0.1:0\n"
+	// search replaces the demo's search: section ("{{searxng}}" is the
+	// simulated SearXNG's URL); searchSim configures that simulator.
+	search    string
+	searchSim simulate.SearchConfig
 }
 
 // flavourSims are the per-flavour servers of the harness.
@@ -62,6 +68,17 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	for _, s := range demoSimulators {
 		start(s.name, s.cfg)
 	}
+	scfg := o.searchSim
+	if scfg.Flavour == "" {
+		scfg.Flavour = simulate.SearXNG
+	}
+	srun, err := simulate.StartSearch(scfg)
+	if err != nil {
+		t.Fatalf("start search simulator: %v", err)
+	}
+	t.Cleanup(func() { srun.Close() })
+	h.search = srun
+	urls["searxng"] = srun.URL()
 	var flavModels strings.Builder
 	for _, f := range flavourSims {
 		name := "flav-" + string(f)
@@ -100,9 +117,19 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 `, name, f, f, urls[name], f)
 		}
 	}
-	text := strings.Replace(demoConfig, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
+	// The demo's own admin listener and token are the demo's: a test asks
+	// for an admin listener with o.listen (and its token with extraYAML).
+	demo := regexp.MustCompile(`(?m)^  admin: \{\{admin\}\}.*\n`).ReplaceAllString(demoConfig, "")
+	demo = strings.Replace(demo, "admin_token_env: TOLLGATE_DEMO_ADMIN_TOKEN\n", "", 1)
+	text := strings.Replace(demo, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
+	}
+	if o.search != "" {
+		start := strings.Index(text, "search:\n")
+		end := strings.Index(text, "models:\n")
+		text = text[:start] + o.search + text[end:]
+		text = strings.ReplaceAll(text, "{{searxng}}", urls["searxng"])
 	}
 	if o.store != "" {
 		text = strings.Replace(text, "store:\n  sqlite: tollgate.db\n", o.store, 1)

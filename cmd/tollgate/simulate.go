@@ -24,6 +24,10 @@ Every request may override the behaviour with an "X-Sim: key=value ..." header
 or a "[sim key=value ...]" marker in its last user message (see
 docs/simulator.md).
 
+With --search searxng|brave it serves a simulated web-search provider instead
+(SearXNG's /search?format=json or Brave's /res/v1/web/search); --fault then
+takes a search fault: 500, 403, slow, hang, garbage.
+
 Flags:
 `
 
@@ -61,6 +65,10 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		inPrice   = fs.Float64("prompt-price", 1, "OpenRouter usage.cost: USD per million prompt tokens")
 		outPrice  = fs.Float64("completion-price", 2, "OpenRouter usage.cost: USD per million completion tokens")
 		noRecord  = fs.Bool("no-record", false, "do not keep received requests in memory")
+		search    = fs.String("search", "", "serve a simulated search provider instead of a model server: searxng or brave")
+		token     = fs.String("search-token", "", "brave: the only X-Subscription-Token accepted (default: any non-empty token)")
+		noJSON    = fs.Bool("search-no-json", false, "searxng: JSON format not enabled (format=json answers 403)")
+		slow      = fs.Duration("search-slow", 3*time.Second, "how long the search fault slow waits")
 	)
 	fs.Var(&models, "model", "served model name (repeatable; default sim-model)")
 	fs.Usage = func() {
@@ -72,6 +80,9 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected arguments: %v", fs.Args())}
+	}
+	if *search != "" {
+		return c.runSearch(ctx, *search, *listen, *fault, *token, *noJSON, *slow, *noRecord)
 	}
 	fl, err := simulate.ParseFlavour(*flavour)
 	if err != nil {
@@ -124,6 +135,35 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		models = stringList{"sim-model"}
 	}
 	fmt.Fprintf(c.stdout, "simulating %s on %s%s, models %v\n", fl, run.URL(), prefix, []string(models))
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return run.Shutdown(shutdown)
+}
+
+// runSearch serves a simulated search provider until ctx ends.
+func (c *simulateCmd) runSearch(ctx context.Context, provider, listen, fault, token string, noJSON bool, slow time.Duration, noRecord bool) error {
+	fl, err := simulate.ParseSearchFlavour(provider)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	f, err := simulate.ParseSearchFault(fault)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	cfg := simulate.SearchConfig{Flavour: fl, Token: token, JSONDisabled: noJSON, SlowDelay: slow, Fault: f, MaxRecorded: 1000}
+	if noRecord {
+		cfg.MaxRecorded = -1
+	}
+	run, err := simulate.ListenSearch(cfg, listen)
+	if err != nil {
+		return err
+	}
+	path := "/search?q=...&format=json"
+	if fl == simulate.Brave {
+		path = "/res/v1/web/search?q=... (header X-Subscription-Token)"
+	}
+	fmt.Fprintf(c.stdout, "simulating %s search on %s%s\n", fl, run.URL(), path)
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
