@@ -33,6 +33,7 @@ const (
 	CodeRequestTooLarge                  Code = "request_too_large"
 	CodeUnsupportedMediaType             Code = "unsupported_media_type"
 	CodeIdempotencyKeyReused             Code = "idempotency_key_reused"
+	CodeIdempotencyResponseLost          Code = "idempotency_response_lost" // the key's request was charged, its answer lost
 	CodeRateLimitExceeded                Code = "rate_limit_exceeded"
 	CodeUpstreamError                    Code = "upstream_error"
 	CodeBackendUnavailable               Code = "backend_unavailable"

@@ -93,13 +93,23 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		er.Reset(resp.Body)
 		sb.cur, er.OnWait = s, sb.flushCur
 		firstToken := false
+		// What the stream has delivered goes to the charge journal at its
+		// first token and then every streamProgressEvery, so that a crash
+		// of this process does not leave it unpaid (docs/billing.md,
+		// "Streams cut by a crash").
+		pr, _ := x.r.biller.(progressRecorder)
+		if x.holdID == "" {
+			pr = nil
+		}
+		var nextProgress int64
 		for {
 			ev, err := er.Next()
 			if err != nil {
 				readErr = err
 				break
 			}
-			s.lastUpstream.Store(x.r.now().UnixNano())
+			now := x.r.now().UnixNano()
+			s.lastUpstream.Store(now)
 			out, err := norm.Event(ev)
 			if errors.Is(err, openai.ErrDone) {
 				done = true
@@ -123,6 +133,10 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 				x.call.FirstToken = x.r.now()
 				x.firstTokenEvent()
 				s.flush()
+			}
+			if pr != nil && now >= nextProgress && norm.DeliveredBytes() > 0 {
+				nextProgress = now + int64(streamProgressEvery)
+				x.recordProgress(pr, norm)
 			}
 		}
 	}
@@ -216,6 +230,34 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// write where a flush here made two.
 	_, _ = s.w.Write(s.buf)
 	return nil
+}
+
+// progressRecorder is what a Biller with a charge journal offers
+// (billing.Biller.Progress): a running request's charge so far, charged by
+// the next instance if this process dies before the request settles.
+type progressRecorder interface {
+	Progress(holdID string, c tollgate.Charge) bool
+}
+
+// streamProgressEvery is how often a stream's charge so far is recorded:
+// the bound on what a crash of the process leaves unpaid of a stream is
+// what it delivered in this time, plus the gap to the backend's next chunk.
+const streamProgressEvery = time.Second
+
+// recordProgress records the stream's charge so far: the backend's usage if
+// it sent one already, else the prompt estimate and the completion tokens
+// counted from what was delivered (estimated).
+func (x *exchange) recordProgress(pr progressRecorder, norm *openai.StreamNormalizer) {
+	u := norm.FinalUsage(x.promptEstimate)
+	cost, err := x.cost(u)
+	if err != nil {
+		return
+	}
+	pr.Progress(x.holdID, tollgate.Charge{
+		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
+		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
+	})
 }
 
 // streamBufs are the buffers a stream grows (the event reader's and the

@@ -36,6 +36,8 @@ func statusOf(c tollgate.Code) int {
 		return http.StatusUnsupportedMediaType
 	case tollgate.CodeIdempotencyKeyReused:
 		return http.StatusUnprocessableEntity
+	case tollgate.CodeIdempotencyResponseLost:
+		return http.StatusGone
 	case tollgate.CodeRateLimitExceeded:
 		return http.StatusTooManyRequests
 	case tollgate.CodeUpstreamError, tollgate.CodeSearchUnavailable:
@@ -71,8 +73,9 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	switch e.Code {
-	case tollgate.CodeInsufficientBalance, tollgate.CodeKeyLimitReached:
-		// A retry can only fail the same way until the account changes.
+	case tollgate.CodeInsufficientBalance, tollgate.CodeKeyLimitReached, tollgate.CodeIdempotencyResponseLost:
+		// A retry can only fail the same way until the account changes
+		// (or, for a lost answer, ever under this key).
 		h.Set("X-Should-Retry", "false")
 	}
 	body := openai.ErrorEvent(e)

@@ -107,6 +107,15 @@ func (m *Main) Open(ctx context.Context) error {
 			return err
 		}
 		deps.Biller = m.Biller
+		// Charges that a dead run journaled go into the ledger before the
+		// first request is served: an Idempotency-Key retry of a request
+		// whose instance died must find its charge (docs/idempotency.md).
+		// If this fails, Run tries again at each sweep.
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := m.Biller.RecoverJournals(rctx); err != nil {
+			m.Log.Error("apply dead instances' charge journals before serving", "err", err)
+		}
+		rcancel()
 	}
 	m.Relay = relay.New(cat, relay.Options{
 		NonStreamTimeout: cfg.Timeouts.NonStream.D(),
