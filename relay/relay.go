@@ -80,13 +80,15 @@ type Relay struct {
 	client  *http.Client
 	dialer  *net.Dialer
 	picker  picker
-	opts    Options
-	traffic TrafficCounter
-	biller  tollgate.Biller
-	search  Searcher
-	log     *slog.Logger
-	now     func() time.Time
-	bufs    sync.Pool
+	// prefixStats count prefix-cache routing decisions (prefix.go).
+	prefixStats prefixCounters
+	opts        Options
+	traffic     TrafficCounter
+	biller      tollgate.Biller
+	search      Searcher
+	log         *slog.Logger
+	now         func() time.Time
+	bufs        sync.Pool
 }
 
 // New builds a relay.
@@ -210,7 +212,9 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	if err != nil {
 		return err
 	}
-	b, node, err := r.picker.route(m, able, nil)
+	var pr prefixRoute
+	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
+	pr.done()
 	if err != nil {
 		return err
 	}
@@ -412,7 +416,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			x.node.reportFailure(x.r.opts.Health, true, x.r.now())
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
-				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node); n != nil {
+				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node, nil); n != nil {
 					x.node.release()
 					x.nodeMu.Lock()
 					x.node = n
