@@ -193,6 +193,9 @@ type Backend struct {
 const (
 	RoutingPrefixCache      = "prefix_cache"
 	RoutingLeastOutstanding = "least_outstanding"
+	// RoutingRoundRobin takes the able nodes in turn whatever their load
+	// (a baseline for measurements; nodes of equal speed).
+	RoutingRoundRobin = "round_robin"
 	// DefaultRouting is the policy of a backend that does not name one
 	// (docs/decisions.md: measured in docs/performance.md).
 	DefaultRouting = RoutingPrefixCache
@@ -539,9 +542,9 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		switch b.Routing {
 		case "":
 			b.Routing = DefaultRouting
-		case RoutingPrefixCache, RoutingLeastOutstanding:
+		case RoutingPrefixCache, RoutingLeastOutstanding, RoutingRoundRobin:
 		default:
-			bad(key+".routing", "%q is not a routing policy (prefix_cache, least_outstanding)", b.Routing)
+			bad(key+".routing", "%q is not a routing policy (prefix_cache, least_outstanding, round_robin)", b.Routing)
 		}
 		if b.PrefixMargin == nil {
 			d := int64(DefaultPrefixMargin)

@@ -8,7 +8,8 @@ import (
 	"github.com/tollgate/tollgate/openai"
 )
 
-// Prefix-cache routing (config: routing: prefix_cache). A model server
+// Prefix-cache routing (config: routing: prefix_cache), and round robin
+// (routing: round_robin), which needs the same hook in the picker. A model server
 // keeps the KV cache of the prompts it has served and skips the prefill of
 // a prefix it still holds; a conversation or an agent loop resends its
 // whole history each turn, so the node that served the last turn serves
@@ -34,6 +35,11 @@ type prefixRoute struct {
 	margin    int64
 	matched   int  // blocks matched on the node chosen
 	fellBack  bool // a match existed but its node was too loaded
+
+	// round_robin: the first able node in the picker's rotation.
+	roundRobin bool
+	first      *Node
+	firstB     *Backend
 }
 
 // prefixCounters count prefix routing decisions (see PrefixStats).
@@ -73,36 +79,38 @@ func (r *Relay) PrefixStats() PrefixStats {
 var prefixBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 512); return &b }}
 
 // startPrefixRoute fills pr for a request to m when one of its network
-// backends routes by prefix, and returns it (nil otherwise, or for a prompt
-// shorter than one block). The caller calls pr.done after routing. Nodes
-// found down lose their index here: a server that went away may come back
-// with an empty cache.
+// backends routes by prefix (and the prompt has a full block) or by round
+// robin, and returns it; else nil. The caller calls pr.done after routing.
+// Nodes found down lose their index here: a server that went away may come
+// back with an empty cache.
 func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatRequest) *prefixRoute {
-	on := false
+	prefix := false
 	for _, b := range m.Backends {
-		if b.Routing != config.RoutingPrefixCache {
-			continue
-		}
-		on = true
-		for _, n := range b.Nodes {
-			if !n.Healthy() {
-				n.prefix.reset()
+		switch b.Routing {
+		case config.RoutingRoundRobin:
+			pr.roundRobin = true
+		case config.RoutingPrefixCache:
+			prefix = true
+			for _, n := range b.Nodes {
+				if !n.Healthy() {
+					n.prefix.reset()
+				}
 			}
 		}
 	}
-	if !on {
+	if prefix {
+		bp := prefixBufs.Get().(*[]uint64)
+		if h := hashPrefix((*bp)[:0], m.ID, cr.Field("tools"), cr.Field("messages")); len(h) > 0 {
+			pr.hashes, pr.buf = h, bp
+			pr.now = r.now().UnixNano()
+			pr.stats = &r.prefixStats
+		} else {
+			prefixBufs.Put(bp)
+		}
+	}
+	if pr.hashes == nil && !pr.roundRobin {
 		return nil
 	}
-	bp := prefixBufs.Get().(*[]uint64)
-	pr.hashes = hashPrefix((*bp)[:0], m.ID, cr.Field("tools"), cr.Field("messages"))
-	if len(pr.hashes) == 0 {
-		pr.hashes = nil
-		prefixBufs.Put(bp)
-		return nil
-	}
-	pr.buf = bp
-	pr.now = r.now().UnixNano()
-	pr.stats = &r.prefixStats
 	return pr
 }
 
@@ -120,13 +128,23 @@ func (pr *prefixRoute) done() {
 func (pr *prefixRoute) begin() {
 	if pr != nil {
 		pr.best, pr.bestB, pr.bestMatch, pr.bestLoad = nil, nil, 0, 0
+		pr.first, pr.firstB = nil, nil
 	}
 }
 
 // consider looks at an able node (healthy, below max_concurrent) with load
 // requests in flight.
 func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
-	if pr == nil || b.Routing != config.RoutingPrefixCache {
+	if pr == nil {
+		return
+	}
+	if b.Routing == config.RoutingRoundRobin {
+		if pr.first == nil {
+			pr.first, pr.firstB = n, b
+		}
+		return
+	}
+	if b.Routing != config.RoutingPrefixCache || pr.hashes == nil {
 		return
 	}
 	m := n.prefix.match(pr.hashes, pr.now)
@@ -138,12 +156,16 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 	}
 }
 
-// choose returns the node to try: the one with the longest match when its
-// load is within the margin of the least loaded node's, else the least
-// loaded (least, of backend leastB, with leastLoad in flight).
+// choose returns the node to try: round robin's next node; else the one
+// with the longest match when its load is within the margin of the least
+// loaded node's; else the least loaded (least, of backend leastB, with
+// leastLoad in flight).
 func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*Backend, *Node) {
 	if pr == nil || least == nil {
 		return leastB, least
+	}
+	if pr.first != nil {
+		return pr.firstB, pr.first
 	}
 	pr.fellBack = false
 	if pr.best != nil && pr.best != least {
@@ -164,7 +186,7 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 
 // record notes the prompt on the node that took it and counts the decision.
 func (pr *prefixRoute) record(b *Backend, n *Node) {
-	if pr == nil || b.Routing != config.RoutingPrefixCache {
+	if pr == nil || pr.hashes == nil || b.Routing != config.RoutingPrefixCache {
 		return
 	}
 	n.prefix.record(pr.hashes, pr.now)

@@ -192,3 +192,28 @@ func chatReq(t *testing.T, msgs []byte) *openai.ChatRequest {
 	}
 	return cr
 }
+
+func TestRoundRobinIgnoresLoad(t *testing.T) {
+	nodes := netNodes(3, 2)
+	m, able := testModel(nodes...)
+	able[0].Routing = config.RoutingRoundRobin
+	var p picker
+	r := &Relay{now: time.Now}
+	count := map[*Node]int{}
+	for i := 0; i < 6; i++ {
+		var pr prefixRoute
+		_, n, err := p.route(m, able, nil, r.startPrefixRoute(&pr, m, chatReq(t, convo("x", 1, 10))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count[n]++
+		if i == 0 {
+			n.inflight.Add(-1) // the first node is idle again; rotation moves on anyway
+		}
+	}
+	for _, n := range nodes {
+		if count[n] != 2 {
+			t.Fatalf("round robin counts %v", count)
+		}
+	}
+}
