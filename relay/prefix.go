@@ -36,6 +36,8 @@ type prefixRoute struct {
 	matched   int  // blocks matched on the node chosen
 	fellBack  bool // a match existed but its node was too loaded
 
+	retry bool // a refused connection's second pick: not counted again
+
 	// round_robin: the first able node in the picker's rotation.
 	roundRobin bool
 	first      *Node
@@ -190,6 +192,9 @@ func (pr *prefixRoute) record(b *Backend, n *Node) {
 		return
 	}
 	n.prefix.record(pr.hashes, pr.now)
+	if pr.retry {
+		return
+	}
 	s := pr.stats
 	s.requests.Add(1)
 	switch {
@@ -202,4 +207,16 @@ func (pr *prefixRoute) record(b *Backend, n *Node) {
 	}
 	s.promptBlocks.Add(int64(len(pr.hashes)))
 	s.matchedBlocks.Add(int64(pr.matched))
+}
+
+// retryRoute fills pr for the pick of another node after a refused
+// connection: the prompt is recorded on the node that takes it instead
+// (the refusing node's index is dropped once it is seen down). nil when
+// the request was not routed by prefix.
+func (x *exchange) retryRoute(pr *prefixRoute) *prefixRoute {
+	if x.prefixHashes == nil {
+		return nil
+	}
+	*pr = prefixRoute{hashes: x.prefixHashes, now: x.r.now().UnixNano(), stats: &x.r.prefixStats, retry: true}
+	return pr
 }

@@ -214,7 +214,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	}
 	var pr prefixRoute
 	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
-	pr.done()
+	defer pr.done()
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m)}
+		promptEstimate: promptEstimate(cr, m), prefixHashes: pr.hashes}
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
@@ -311,7 +311,8 @@ type exchange struct {
 	promptEstimate int64
 	holdID         string
 	settled        bool
-	searches       int64 // web searches that ran (search requests only)
+	searches       int64    // web searches that ran (search requests only)
+	prefixHashes   []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
@@ -416,7 +417,8 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			x.node.reportFailure(x.r.opts.Health, true, x.r.now())
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
-				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node, nil); n != nil {
+				var rp prefixRoute
+				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node, x.retryRoute(&rp)); n != nil {
 					x.node.release()
 					x.nodeMu.Lock()
 					x.node = n
