@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/openai"
 )
 
 // convo renders a conversation of turns user/assistant pairs the way a
@@ -208,5 +210,41 @@ func BenchmarkPrefixRecord100KB(b *testing.B) {
 	for b.Loop() {
 		now++
 		x.record(h, now)
+	}
+}
+
+// BenchmarkPrefixRoute100KB is the whole of prefix routing on the request
+// path for a 100 KB conversation over 4 nodes (hash, lookups, record);
+// BenchmarkParse100KB is what tollgate does with the same body anyway
+// (parse it and write the upstream body), for scale.
+func BenchmarkPrefixRoute100KB(b *testing.B) {
+	msgs := convo("you are a helpful assistant", 40, 1270)
+	cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":` + string(msgs) + `}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := netNodes(4, 0)
+	m, able := prefixModel(4, nodes...)
+	r := &Relay{now: time.Now}
+	var p picker
+	b.ReportAllocs()
+	for b.Loop() {
+		var pr prefixRoute
+		_, n, _ := p.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
+		pr.done()
+		n.release()
+	}
+}
+
+func BenchmarkParse100KB(b *testing.B) {
+	body := []byte(`{"model":"m","messages":` + string(convo("you are a helpful assistant", 40, 1270)) + `}`)
+	buf := make([]byte, 0, 128<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		cr, err := openai.ParseChatRequest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf = cr.AppendUpstreamBody(buf[:0], openai.UpstreamOptions{Model: "up", Flavour: openai.VLLM, MaxTokens: 100})
 	}
 }

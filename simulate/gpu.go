@@ -36,8 +36,8 @@ func (g GPU) on() bool {
 
 // CacheBlockTokens is the prefix cache's block: 16 tokens, vLLM's default
 // block size. With the simulator's 4 bytes a token, a block is 64 bytes of
-// the request's messages as sent (with the tools and the model's name
-// hashed in before them).
+// the request's tools array followed by its messages array, as sent (with
+// the model's name hashed in before them).
 const CacheBlockTokens = 16
 
 const cacheBlockBytes = CacheBlockTokens * 4
@@ -89,27 +89,27 @@ func (s *Server) CacheStats() CacheStats {
 	return CacheStats{Requests: g.lookups, Hits: g.hits, PromptTokens: g.promptTokens, CachedTokens: g.cachedTokens, Blocks: len(g.blocks)}
 }
 
-// blockHashes returns the chained hashes of the request's full 64-byte
-// blocks of messages.
+// blockHashes returns the chained hashes of the full 64-byte blocks of the
+// prompt as a template renders it: the tools, then the messages.
 func blockHashes(req *chatRequest) []uint64 {
 	h := maphash.String(cacheSeed, req.model)
+	prompt := req.messagesRaw
 	if len(req.toolsRaw) > 0 {
-		h = h*31 ^ maphash.Bytes(cacheSeed, req.toolsRaw)
+		prompt = append(append(make([]byte, 0, len(req.toolsRaw)+len(prompt)), req.toolsRaw...), prompt...)
 	}
-	msgs := req.messagesRaw
-	out := make([]uint64, 0, len(msgs)/cacheBlockBytes)
-	for len(msgs) >= cacheBlockBytes {
+	out := make([]uint64, 0, len(prompt)/cacheBlockBytes)
+	var prev [8]byte
+	for len(prompt) >= cacheBlockBytes {
 		var hh maphash.Hash
 		hh.SetSeed(cacheSeed)
-		var prev [8]byte
 		for i := range prev {
 			prev[i] = byte(h >> (8 * i))
 		}
 		hh.Write(prev[:])
-		hh.Write(msgs[:cacheBlockBytes])
+		hh.Write(prompt[:cacheBlockBytes])
 		h = hh.Sum64()
 		out = append(out, h)
-		msgs = msgs[cacheBlockBytes:]
+		prompt = prompt[cacheBlockBytes:]
 	}
 	return out
 }
