@@ -200,7 +200,7 @@ const (
 	// (docs/decisions.md: measured in docs/performance.md).
 	DefaultRouting = RoutingPrefixCache
 	// DefaultPrefixMargin is prefix_margin's default.
-	DefaultPrefixMargin = 4
+	DefaultPrefixMargin = 6
 )
 
 // Rates are decimal strings in USD per 1M tokens (at most 6 decimals).
