@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,5 +216,90 @@ func TestRoundRobinIgnoresLoad(t *testing.T) {
 		if count[n] != 2 {
 			t.Fatalf("round robin counts %v", count)
 		}
+	}
+}
+
+// A reload that keeps a node keeps its index; a node removed or replaced
+// takes its index with it, and routing never sees a stale one.
+func TestPrefixIndexAcrossReloads(t *testing.T) {
+	yaml := func(nodes string) *config.Config {
+		cfg, err := config.Parse([]byte(`
+listen: {api: "127.0.0.1:0"}
+store: {sqlite: data/t.db}
+models:
+  - id: m
+    kind: chat
+    context_length: 100000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up
+        rates: {input: "0.15", output: "0.6"}
+        nodes: [`+nodes+`]
+`), ".", func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a := `{name: a, url: "http://10.0.0.1:8000/v1"}`
+	b := `{name: b, url: "http://10.0.0.2:8000/v1"}`
+	c := `{name: c, url: "http://10.0.0.3:8000/v1"}`
+	cat := NewCatalog(yaml(a+","+b), nil)
+	if cat.Models[0].Backends[0].Routing != config.RoutingPrefixCache {
+		t.Fatalf("default routing %q", cat.Models[0].Backends[0].Routing)
+	}
+	r := New(cat, Options{}, Deps{})
+	msgs := convo("reload", 2, 800)
+	route := func() *Node {
+		t.Helper()
+		m, _ := r.Catalog().Lookup("m")
+		var pr prefixRoute
+		_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(&pr, m, chatReq(t, msgs)))
+		pr.done()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.release()
+		return n
+	}
+	first := route()
+	held, _ := first.prefix.size()
+	if held == 0 {
+		t.Fatal("nothing recorded")
+	}
+	// A reload that keeps the holder: same node, same index, same route.
+	r.SetCatalog(NewCatalog(yaml(a+","+b), r.Catalog()))
+	if n, _ := first.prefix.size(); n != held {
+		t.Fatalf("kept node's index %d blocks, was %d", n, held)
+	}
+	if n := route(); n != first {
+		t.Fatalf("after a reload that kept %s the turn went to %s", first.Name, n.Name)
+	}
+	// The holder's settings change (a new node object, an empty index) and
+	// c is added: the old node is never routed to again.
+	changed := map[string]string{"a": a, "b": b, "c": c}
+	changed[first.Name] = strings.Replace(changed[first.Name], "}", ", max_concurrent: 3}", 1)
+	r.SetCatalog(NewCatalog(yaml(changed["a"]+","+changed["b"]+","+c), r.Catalog()))
+	again := route()
+	if again == first {
+		t.Fatal("the replaced node is still routed to")
+	}
+	// Remove the node holding the conversation: routing goes elsewhere,
+	// and the stats count the blocks of the nodes in the catalogue only.
+	holder := again.Name
+	var keep []string
+	for _, n := range []string{a, b, c} {
+		if !strings.Contains(n, "name: "+holder+",") {
+			keep = append(keep, n)
+		}
+	}
+	r.SetCatalog(NewCatalog(yaml(strings.Join(keep, ",")), r.Catalog()))
+	before := r.PrefixStats().IndexBlocks
+	if n := route(); n.Name == holder {
+		t.Fatalf("routed to removed node %s", holder)
+	}
+	if after := r.PrefixStats(); after.IndexBlocks <= before {
+		t.Fatalf("index blocks %d then %d: the new holder did not record", before, after.IndexBlocks)
 	}
 }
