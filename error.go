@@ -15,6 +15,7 @@ const (
 	CodeInvalidRequest                   Code = "invalid_request"
 	CodeCapabilityNotSupported           Code = "capability_not_supported"
 	CodeCapabilityCombinationUnsupported Code = "capability_combination_unsupported"
+	CodeParameterNotSupported            Code = "parameter_not_supported" // a control the model's servers would ignore (tool_choice, n)
 	CodeInvalidIdempotencyKey            Code = "invalid_idempotency_key"
 	CodeContextLengthExceeded            Code = "context_length_exceeded"
 	CodeMissingAPIKey                    Code = "missing_api_key"
@@ -32,11 +33,13 @@ const (
 	CodeRequestTooLarge                  Code = "request_too_large"
 	CodeUnsupportedMediaType             Code = "unsupported_media_type"
 	CodeIdempotencyKeyReused             Code = "idempotency_key_reused"
+	CodeIdempotencyResponseLost          Code = "idempotency_response_lost" // the key's request was charged, its answer lost
 	CodeRateLimitExceeded                Code = "rate_limit_exceeded"
 	CodeUpstreamError                    Code = "upstream_error"
 	CodeBackendUnavailable               Code = "backend_unavailable"
 	CodeSearchUnavailable                Code = "search_unavailable" // the web search provider failed or timed out
 	CodeTimeout                          Code = "timeout"
+	CodeRequestTimeout                   Code = "request_timeout" // the client took too long to send its request body
 	CodeInternal                         Code = "internal_error"
 	CodeUnauthorized                     Code = "unauthorized" // admin API: missing or wrong admin token
 	CodeConflict                         Code = "conflict"     // admin API: the change conflicts with stored state

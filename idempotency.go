@@ -20,7 +20,18 @@ const (
 	// IdempotencyMismatch: the key is in use (running or remembered) by a
 	// request with another fingerprint.
 	IdempotencyMismatch
+	// IdempotencyLost: the request that held the key was charged (its
+	// charge is in the ledger under its request id, Owner) but its answer
+	// was never stored: its instance died between the two. It does not run
+	// again under this key (docs/idempotency.md, "A crash between the
+	// charge and the stored answer").
+	IdempotencyLost
 )
+
+// IdempotencyStatusLost is the status column of a key whose request was
+// charged and whose answer was lost (IdempotencyLost). 0 is in flight; an
+// HTTP status is a stored answer.
+const IdempotencyStatusLost = -1
 
 func (s IdempotencyState) String() string {
 	switch s {
@@ -32,6 +43,8 @@ func (s IdempotencyState) String() string {
 		return "done"
 	case IdempotencyMismatch:
 		return "mismatch"
+	case IdempotencyLost:
+		return "lost"
 	}
 	return "unknown"
 }
@@ -54,13 +67,17 @@ type IdempotencyClaim struct {
 	// Now is the current time; Expires the end of the lease it asks for.
 	Now     time.Time
 	Expires time.Time
+	// LostExpires is how long a key is remembered as IdempotencyLost when
+	// the claim finds that the previous holder, whose lease ended, was
+	// charged (now + the TTL).
+	LostExpires time.Time
 }
 
 // IdempotencyResult is the answer of BeginIdempotency.
 type IdempotencyResult struct {
 	State IdempotencyState
 	// Owner and Started are those of the request holding or having held the
-	// key (for InFlight and Done: the original request's id and start).
+	// key (for InFlight, Done and Lost: the original request's id and start).
 	Owner   string
 	Started time.Time
 	// Response is the stored answer (Done only).

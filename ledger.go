@@ -155,6 +155,12 @@ type BillingOp struct {
 	// applies it alone, with its check for an earlier charge of the hold,
 	// never summed with others.
 	Recovered bool
+	// Provisional (OpSettle, OpCharge, in the charge journal only): what a
+	// request still running had delivered when its record was written (a
+	// stream's tokens, counted locally). Its settle replaces it; recovery
+	// applies it only when the journal holds no settle of the same hold
+	// (docs/billing.md, "Streams cut by a crash"). Stores ignore it.
+	Provisional bool
 }
 
 // Balance is an account's money as the books see it.

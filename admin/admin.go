@@ -27,6 +27,7 @@ type Store interface {
 	CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash) error
 	Keys(ctx context.Context, accountID string) ([]tollgate.Key, error)
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+	CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate.ConsoleInvite) error
 }
 
 // Options configure the API.
@@ -68,6 +69,7 @@ func New(st Store, o Options) *API {
 	a.route("GET /admin/v1/accounts/{id}", a.showAccount)
 	a.route("POST /admin/v1/accounts/{id}/disable", a.setDisabled(true))
 	a.route("POST /admin/v1/accounts/{id}/enable", a.setDisabled(false))
+	a.route("POST /admin/v1/accounts/{id}/invite", a.invite)
 	a.route("GET /admin/v1/keys", a.listKeys)
 	a.route("POST /admin/v1/keys", a.createKey)
 	a.route("POST /admin/v1/keys/{id}/revoke", a.revokeKey)
@@ -108,8 +110,9 @@ func (a *API) authorized(header string) bool {
 	if a.opts.Token == "" {
 		return false
 	}
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok {
+	// The scheme is case-insensitive (RFC 9110 §11.1), as on the API listener.
+	scheme, got, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	h := sha256.Sum256([]byte(strings.TrimSpace(got)))

@@ -140,30 +140,9 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &req, `{"account_id": "acct_...", "name", "expires", "models", "spend_limit", "rpm", "tpm"}`); err != nil {
 		return err
 	}
-	now := a.opts.Now().UTC().Truncate(time.Microsecond)
-	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: req.AccountID, Name: strings.TrimSpace(req.Name), Created: now,
-		AllowedModels: []string{}, SpendLimit: req.SpendLimit, RPM: req.RPM, TPM: req.TPM}
-	switch {
-	case req.AccountID == "":
-		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "account_id", "account_id is required")
-	case req.SpendLimit < 0:
-		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "spend_limit", "spend_limit must not be negative (0 or absent: no limit)")
-	case req.RPM < 0 || req.TPM < 0:
-		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "rpm", "rpm and tpm must not be negative (0 or absent: no limit)")
-	}
-	if req.Expires != "" {
-		var err error
-		if k.Expires, err = tollgate.ParseExpiry(req.Expires, now); err != nil {
-			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "expires", "expires %v", err)
-		}
-	}
-	for _, m := range req.Models {
-		if a.opts.Models != nil && !slices.Contains(a.opts.Models, m) {
-			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "models", "%q is not in the catalogue (%s)", m, strings.Join(a.opts.Models, ", "))
-		}
-		if !slices.Contains(k.AllowedModels, m) {
-			k.AllowedModels = append(k.AllowedModels, m)
-		}
+	k, err := NewKey(req, a.opts.Models, a.opts.Now())
+	if err != nil {
+		return err
 	}
 	if _, err := a.st.Account(r.Context(), req.AccountID); err != nil {
 		return notFound("account", req.AccountID, err)
@@ -175,6 +154,38 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) error {
 	}
 	a.opts.Log.Info("key created", "key", k.ID, "account", k.AccountID)
 	return writeJSON(w, http.StatusCreated, CreatedKey{Key: k, Secret: secret})
+}
+
+// NewKey checks a key's request (account, limits, expiry, models against
+// the catalogue's ids, when not nil) and returns the key to store, without
+// its prefix: the admin API and the console both create keys with it.
+func NewKey(req CreateKeyRequest, catalogue []string, now time.Time) (tollgate.Key, error) {
+	now = now.UTC().Truncate(time.Microsecond)
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: req.AccountID, Name: strings.TrimSpace(req.Name), Created: now,
+		AllowedModels: []string{}, SpendLimit: req.SpendLimit, RPM: req.RPM, TPM: req.TPM}
+	switch {
+	case req.AccountID == "":
+		return k, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "account_id", "account_id is required")
+	case req.SpendLimit < 0:
+		return k, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "spend_limit", "spend_limit must not be negative (0 or absent: no limit)")
+	case req.RPM < 0 || req.TPM < 0:
+		return k, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "rpm", "rpm and tpm must not be negative (0 or absent: no limit)")
+	}
+	if req.Expires != "" {
+		var err error
+		if k.Expires, err = tollgate.ParseExpiry(req.Expires, now); err != nil {
+			return k, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "expires", "expires %v", err)
+		}
+	}
+	for _, m := range req.Models {
+		if catalogue != nil && !slices.Contains(catalogue, m) {
+			return k, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "models", "%q is not in the catalogue (%s)", m, strings.Join(catalogue, ", "))
+		}
+		if !slices.Contains(k.AllowedModels, m) {
+			k.AllowedModels = append(k.AllowedModels, m)
+		}
+	}
+	return k, nil
 }
 
 func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) error {
@@ -193,6 +204,24 @@ func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return fmt.Errorf("key %s was revoked but is not listed", id)
+}
+
+// Invitation is the answer to POST /admin/v1/accounts/{id}/invite: the
+// console path (on the api listener) where the holder sets a password.
+type Invitation struct {
+	AccountID string    `json:"account_id"`
+	Path      string    `json:"path"`
+	Expires   time.Time `json:"expires"`
+}
+
+func (a *API) invite(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	token, expires, err := tollgate.IssueInvite(r.Context(), a.st, id, a.opts.Now())
+	if err != nil {
+		return notFound("account", id, err)
+	}
+	a.opts.Log.Info("console invitation issued", "account", id, "expires", expires)
+	return writeJSON(w, http.StatusCreated, Invitation{AccountID: id, Path: tollgate.InvitePath(token), Expires: expires})
 }
 
 // listOf is the list envelope the usage report also uses.

@@ -235,6 +235,14 @@ type Biller struct {
 	// recoverFails counts failed recoveries of dead instances' journals
 	// by path (under failedMu).
 	recoverFails map[string]int
+
+	// progress maps the hold of a running request to the journal slot of
+	// its provisional record (Progress), plus one; progressing counts its
+	// entries, so that a settle of a request that has none (every
+	// non-streamed one) pays one atomic load.
+	progressMu  sync.Mutex
+	progress    map[string]int
+	progressing atomic.Int64
 }
 
 var _ tollgate.Biller = (*Biller)(nil)
@@ -843,6 +851,11 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 // the balance goes to zero and no further; the rest is recorded as
 // uncollected in the ledger row, logged and counted (docs/billing.md).
 func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (tollgate.Amount, error) {
+	if b.progressing.Load() != 0 {
+		// The settle's own record (or commit) replaces the provisional one
+		// once it returns.
+		defer b.dropProgress(holdID)
+	}
 	if c.Cost < 0 {
 		return 0, fmt.Errorf("settle %s: negative cost %s", holdID, c.Cost)
 	}
@@ -944,6 +957,9 @@ func (b *Biller) settleDone(p *pending, err error) (tollgate.Amount, error) {
 // Release frees a hold without a charge. Releasing a hold that is gone
 // (released, settled or swept) does nothing.
 func (b *Biller) Release(ctx context.Context, holdID string) error {
+	if b.progressing.Load() != 0 {
+		defer b.dropProgress(holdID)
+	}
 	op := tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: holdID}
 	if lh, ok := b.live.LoadAndDelete(holdID); ok {
 		if lh.open {
@@ -963,6 +979,70 @@ func (b *Biller) Release(ctx context.Context, holdID string) error {
 		b.released.Add(1)
 	}
 	return nil
+}
+
+// Progress records what the request holding holdID has delivered so far
+// (a stream's tokens, counted locally: c.Estimated) as a provisional charge
+// in the charge journal, replacing the request's previous one. If the
+// process dies before the request settles, the instance that recovers the
+// journal charges it (docs/billing.md, "Streams cut by a crash"); the
+// request's Settle or Release replaces it. Without a journal, or for a hold
+// this instance does not know, it does nothing. It reports whether the
+// record was written.
+func (b *Biller) Progress(holdID string, c tollgate.Charge) bool {
+	if b.jnl == nil || c.Cost < 0 {
+		return false
+	}
+	lh, ok := b.live.Load(holdID)
+	if !ok {
+		return false
+	}
+	if c.Time.IsZero() {
+		c.Time = b.opts.Now()
+	}
+	op := tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: holdID, Charge: c, Provisional: true}
+	if m := lh.mem; m != nil {
+		// Applied as a recovered charge: what it costs, up to the hold,
+		// comes out of the reservation; the rest of the reservation is
+		// released by the sweep.
+		m.r.mu.Lock()
+		op.Kind, op.Reservation, op.Covered = tollgate.OpCharge, m.r.id, min(c.Cost, m.amount)
+		m.r.mu.Unlock()
+	}
+	i, ok := b.jnl.put(&op)
+	if !ok {
+		return false
+	}
+	b.progressMu.Lock()
+	if b.progress == nil {
+		b.progress = map[string]int{}
+	}
+	old, had := b.progress[holdID]
+	b.progress[holdID] = i + 1
+	if !had {
+		b.progressing.Add(1)
+	}
+	b.progressMu.Unlock()
+	if had {
+		b.jnl.done(old - 1) // the new record is written: the old one may go
+	}
+	return true
+}
+
+// dropProgress clears the provisional record of holdID, if it has one: its
+// request has settled (its record is in the journal or its charge
+// committed) or released its hold.
+func (b *Biller) dropProgress(holdID string) {
+	b.progressMu.Lock()
+	i, ok := b.progress[holdID]
+	if ok {
+		delete(b.progress, holdID)
+		b.progressing.Add(-1)
+	}
+	b.progressMu.Unlock()
+	if ok {
+		b.jnl.done(i - 1)
+	}
 }
 
 // Run renews this instance's leases and sweeps expired holds (of any

@@ -196,9 +196,12 @@ func encodeRecord(b []byte, op *tollgate.BillingOp) (int, bool) {
 	for _, s := range [...]string{op.HoldID, op.Reservation, c.RequestID, c.AccountID, c.KeyID, c.Model, string(c.Class), c.Node} {
 		w.str(s)
 	}
-	est := int64(0)
+	est := int64(0) // bit 0: estimated; bit 1: provisional
 	if c.Estimated {
 		est = 1
+	}
+	if op.Provisional {
+		est |= 2
 	}
 	for _, v := range [...]int64{int64(op.Covered), int64(op.Return), c.PromptTokens, c.CompletionTokens, c.CachedTokens,
 		c.ReasoningTokens, int64(c.Prices.Input), int64(c.Prices.Output), int64(c.Cost), c.Time.UnixNano(), est,
@@ -266,7 +269,10 @@ func decodeRecord(b []byte) (*tollgate.BillingOp, error) {
 	}
 	op.Covered, op.Return = tollgate.Amount(covered), tollgate.Amount(ret)
 	c.Prices = tollgate.Prices{Input: tollgate.Rate(in), Output: tollgate.Rate(out)}
-	c.Cost, c.Time, c.Estimated = tollgate.Amount(cost), time.Unix(0, at).UTC(), est == 1
+	if est < 0 || est > 3 {
+		return nil, errors.New("bad flags")
+	}
+	c.Cost, c.Time, c.Estimated, op.Provisional = tollgate.Amount(cost), time.Unix(0, at).UTC(), est&1 != 0, est&2 != 0
 	c.SearchPrice = tollgate.Amount(price)
 	if op.HoldID == "" || c.Cost < 0 || c.Searches < 0 || c.SearchPrice < 0 {
 		return nil, errors.New("a record without a hold or with a negative cost")
@@ -436,6 +442,7 @@ func (b *Biller) recoverJournal(ctx context.Context, path string) (int, error) {
 		return 0, fmt.Errorf("billing journal %s: %w", path, err)
 	}
 	recs, bad := readJournal(data)
+	recs = finalRecords(recs)
 	if bad > 0 {
 		b.log.Error("a dead instance's charge journal has damaged records; they are skipped", "journal", path, "records", bad)
 	}
@@ -477,6 +484,37 @@ func (b *Biller) recoverJournal(ctx context.Context, path string) (int, error) {
 	}
 	b.log.Info("applied the charge journal of a dead instance", "journal", path, "charges", applied)
 	return applied, nil
+}
+
+// finalRecords drops the provisional records that another record of the
+// same hold supersedes: its settle (written before the provisional record's
+// slot was cleared), or a later provisional record with more delivered
+// (written before the earlier one's slot was cleared).
+func finalRecords(recs []journalRecord) []journalRecord {
+	keep := make([]bool, len(recs))
+	final := map[string]bool{}
+	prov := map[string]int{} // hold id → its provisional record with the most delivered
+	for i, r := range recs {
+		if !r.op.Provisional {
+			keep[i], final[r.op.HoldID] = true, true
+			continue
+		}
+		if j, ok := prov[r.op.HoldID]; !ok || r.op.Charge.Cost > recs[j].op.Charge.Cost {
+			prov[r.op.HoldID] = i
+		}
+	}
+	for hold, i := range prov {
+		if !final[hold] {
+			keep[i] = true
+		}
+	}
+	out := recs[:0:0]
+	for i, r := range recs {
+		if keep[i] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // recovered logs and counts a journaled charge applied by recovery.

@@ -56,7 +56,9 @@ func TestJournalRecordVersion1(t *testing.T) {
 }
 
 func TestJournalRecordRoundTrip(t *testing.T) {
-	for _, op := range []*tollgate.BillingOp{sampleOp(), sampleSearchOp(), {Kind: tollgate.OpSettle, HoldID: "h", Charge: tollgate.Charge{Time: time.Unix(0, 0).UTC()}}} {
+	provisional := sampleOp()
+	provisional.Provisional = true
+	for _, op := range []*tollgate.BillingOp{sampleOp(), sampleSearchOp(), provisional, {Kind: tollgate.OpSettle, HoldID: "h", Charge: tollgate.Charge{Time: time.Unix(0, 0).UTC()}}} {
 		buf := make([]byte, journalSlot-8)
 		n, ok := encodeRecord(buf, op)
 		if !ok {
@@ -152,4 +154,26 @@ func FuzzJournalRecord(f *testing.F) {
 			t.Fatalf("re-encoded %+v: %+v, %v", op, again, err)
 		}
 	})
+}
+
+// Recovery applies a hold's settle over its provisional records, and of
+// provisional records alone the one with the most delivered.
+func TestFinalRecords(t *testing.T) {
+	rec := func(slot int, hold string, cost tollgate.Amount, provisional bool) journalRecord {
+		return journalRecord{slot: slot, op: &tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: hold, Provisional: provisional,
+			Charge: tollgate.Charge{Cost: cost}}}
+	}
+	recs := []journalRecord{
+		rec(0, "h1", 1, true), rec(1, "h1", 4, false), rec(2, "h1", 2, true), // settled: its settle
+		rec(3, "h2", 3, true), rec(4, "h2", 5, true), // cut: the latest progress
+		rec(5, "h3", 7, false), // settled, no progress
+	}
+	got := finalRecords(recs)
+	var slots []int
+	for _, r := range got {
+		slots = append(slots, r.slot)
+	}
+	if !reflect.DeepEqual(slots, []int{1, 4, 5}) {
+		t.Errorf("records applied: slots %v, want [1 4 5]", slots)
+	}
 }

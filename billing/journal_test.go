@@ -515,3 +515,79 @@ func TestJournalThatCannotBeAppliedIsSetAside(t *testing.T) {
 		t.Errorf("journal directory %v: want one .journal-failed", journalFiles(t, dir))
 	}
 }
+
+// A running request's progress (Biller.Progress: a stream's charge so far)
+// is a provisional record in the journal. If its process dies before the
+// settle, the next instance charges the latest one, estimated; a settle
+// replaces it, and nothing of it is left to charge.
+func TestJournalProgressOfARequestCutByACrash(t *testing.T) {
+	for _, noReserve := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) { journalProgress(t, noReserve) })
+	}
+}
+
+func journalProgress(t *testing.T, noReserve bool) {
+	db, g, dir, a, k := journalSetup(t, true, false)
+	ctx := context.Background()
+	dead, err := billing.Open(g, billing.Options{Journal: dir, NoReserve: noReserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, c := holdAndCharge(t, dead, a, k)
+	for i, cost := range []string{"0.001", "0.002"} {
+		so := c
+		so.CompletionTokens, so.Cost, so.Estimated = int64(10*(i+1)), tollgate.MustParseAmount(cost), true
+		if !dead.Progress(id, so) {
+			t.Fatalf("progress %d not recorded", i)
+		}
+	}
+	if dead.Progress("hold_unknown", c) {
+		t.Error("progress of a hold the instance does not know was recorded")
+	}
+	// The process ends without the settle: what it left is the latest record.
+	dead.Close()
+	next, err := billing.Open(db, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if n, err := next.RecoverJournals(ctx); n != 1 || err != nil {
+		t.Fatalf("recovered %d, %v; want the one latest progress record", n, err)
+	}
+	e, err := db.LedgerEntry(ctx, c.RequestID)
+	if err != nil || e.Amount != -tollgate.MustParseAmount("0.002") || e.HoldID != id || !e.Charge.Estimated ||
+		e.Charge.CompletionTokens != 20 {
+		t.Fatalf("the charge of the cut request: %+v %+v, %v", e, e.Charge, err)
+	}
+	if bal, _ := db.Balance(ctx, a.ID); bal.Balance != tollgate.MustParseAmount("9.998") {
+		t.Errorf("balance %s, want 9.998", bal.Balance)
+	}
+
+	// A request that settles: its progress is replaced, nothing is left.
+	ldir := t.TempDir()
+	live, err := billing.Open(db, billing.Options{Journal: ldir, NoReserve: noReserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, c2 := holdAndCharge(t, live, a, k)
+	so := c2
+	so.Cost = tollgate.MustParseAmount("0.001")
+	if !live.Progress(id2, so) {
+		t.Fatal("progress not recorded")
+	}
+	if got, err := live.Settle(ctx, id2, c2); err != nil || got != c2.Cost {
+		t.Fatalf("settle: %s, %v", got, err)
+	}
+	live.Wait()
+	if st := live.Stats(); st.Settled != 1 {
+		t.Errorf("settled %d", st.Settled)
+	}
+	live.Close()
+	if names := journalFiles(t, ldir); len(names) != 0 {
+		t.Errorf("a clean close left %v: the progress record was not cleared", names)
+	}
+	e2, err := db.LedgerEntry(ctx, c2.RequestID)
+	if err != nil || e2.Amount != -c2.Cost {
+		t.Errorf("the settled request: %+v, %v", e2, err)
+	}
+}

@@ -44,6 +44,15 @@ func (l *liveHolds) Store(id string, h liveHold) {
 	s.mu.Unlock()
 }
 
+// Load returns id's hold, if there is one.
+func (l *liveHolds) Load(id string) (liveHold, bool) {
+	s := l.shard(id)
+	s.mu.Lock()
+	h, ok := s.m[id]
+	s.mu.Unlock()
+	return h, ok
+}
+
 // LoadAndDelete removes id's hold and returns it, if there was one.
 func (l *liveHolds) LoadAndDelete(id string) (liveHold, bool) {
 	s := l.shard(id)

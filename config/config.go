@@ -35,9 +35,14 @@ type Config struct {
 
 	// Idempotency configures Idempotency-Key (config/idempotency.go).
 	Idempotency Idempotency `yaml:"idempotency"`
+	Log         Log         `yaml:"log"`
+	Tracing     Tracing     `yaml:"tracing"`
 
 	// Search configures web search (config/search.go).
 	Search Search `yaml:"search"`
+
+	// Console configures the web console (config/console.go).
+	Console Console `yaml:"console"`
 
 	// Dir is the directory of the config file; relative paths resolve against it.
 	Dir string `yaml:"-"`
@@ -49,6 +54,33 @@ type Listen struct {
 	API    string `yaml:"api"`
 	Public string `yaml:"public"`
 	Admin  string `yaml:"admin"`
+	// TLS, when set, serves the listeners it names (all by default) over
+	// TLS, with HTTP/2 offered by ALPN.
+	TLS *ListenTLS `yaml:"tls"`
+}
+
+// ListenTLS is a certificate and its key (PEM files, relative to the config
+// file), and the listeners that serve TLS with them.
+type ListenTLS struct {
+	CertFile  string   `yaml:"cert_file"`
+	KeyFile   string   `yaml:"key_file"`
+	Listeners []string `yaml:"listeners"` // "api", "public", "admin"; default all
+}
+
+// Serves reports whether the named listener serves TLS.
+func (t *ListenTLS) Serves(listener string) bool {
+	if t == nil {
+		return false
+	}
+	if len(t.Listeners) == 0 {
+		return true
+	}
+	for _, l := range t.Listeners {
+		if l == listener {
+			return true
+		}
+	}
+	return false
 }
 
 // Store says where state is kept: SQLite (a file) or PostgreSQL (a URL).
@@ -75,6 +107,10 @@ type Timeouts struct {
 	KeepAlive   Duration `yaml:"keep_alive"`   // default 15s: SSE comment while the backend is silent
 	Connect     Duration `yaml:"connect"`      // default 10s: dialing a backend
 	Shutdown    Duration `yaml:"shutdown"`     // default 30s: graceful shutdown deadline
+	// RequestBody is the longest a client may take to send a request body,
+	// from the handler's first read to its end (default 60s): a body
+	// trickled slower is answered 408 request_timeout.
+	RequestBody Duration `yaml:"request_body"`
 }
 
 // Health configures active and passive health checks of backend nodes.
@@ -83,8 +119,21 @@ type Health struct {
 	Timeout    Duration `yaml:"timeout"`     // default 2s
 	BackoffMin Duration `yaml:"backoff_min"` // default 1s
 	BackoffMax Duration `yaml:"backoff_max"` // default 60s
-	// FailureThreshold is how many consecutive passive failures take a node out. Default 3.
+	// FailureThreshold is how many consecutive failed probes take a node
+	// down, and how many consecutive failed requests eject it. Default 3.
 	FailureThreshold int `yaml:"failure_threshold"`
+
+	// Outlier detection on real requests (relay/outlier.go), independent of
+	// the probes: a node failing FailurePercent of at least MinRequests
+	// requests in Window is ejected too. The k-th ejection lasts
+	// k × EjectionBase, at most EjectionMax; at most MaxEjectedPercent of a
+	// backend's nodes are ejected at once.
+	FailurePercent    int      `yaml:"failure_percent"`     // default 50 (1-100)
+	Window            Duration `yaml:"window"`              // default 30s
+	MinRequests       int      `yaml:"min_requests"`        // default 20
+	EjectionBase      Duration `yaml:"ejection_base"`       // default 30s
+	EjectionMax       Duration `yaml:"ejection_max"`        // default 5m
+	MaxEjectedPercent int      `yaml:"max_ejected_percent"` // default 50 (1-100)
 }
 
 // Auth configures the key cache.
@@ -312,12 +361,25 @@ func (c *Config) setDefaults() {
 	def(&c.Timeouts.KeepAlive, 15*time.Second)
 	def(&c.Timeouts.Connect, 10*time.Second)
 	def(&c.Timeouts.Shutdown, 30*time.Second)
+	def(&c.Timeouts.RequestBody, 60*time.Second)
 	def(&c.Health.Interval, 10*time.Second)
 	def(&c.Health.Timeout, 2*time.Second)
 	def(&c.Health.BackoffMin, time.Second)
 	def(&c.Health.BackoffMax, time.Minute)
 	if c.Health.FailureThreshold == 0 {
 		c.Health.FailureThreshold = 3
+	}
+	def(&c.Health.Window, 30*time.Second)
+	def(&c.Health.EjectionBase, 30*time.Second)
+	def(&c.Health.EjectionMax, 5*time.Minute)
+	if c.Health.FailurePercent == 0 {
+		c.Health.FailurePercent = 50
+	}
+	if c.Health.MinRequests == 0 {
+		c.Health.MinRequests = 20
+	}
+	if c.Health.MaxEjectedPercent == 0 {
+		c.Health.MaxEjectedPercent = 50
 	}
 	def(&c.Auth.Poll, time.Second)
 	def(&c.Traffic.Flush, 5*time.Second)
@@ -331,6 +393,8 @@ func (c *Config) setDefaults() {
 	def(&c.Traffic.ShareCache, 10*time.Second)
 	c.Idempotency.setDefaults()
 	c.Search.setDefaults()
+	c.Log.setDefaults()
+	c.Tracing.setDefaults()
 	for i := range c.Models {
 		if c.Models[i].OwnedBy == "" {
 			c.Models[i].OwnedBy = "tollgate"
@@ -346,6 +410,18 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	}
 	if c.Listen.API == "" {
 		bad("listen.api", "required (e.g. 127.0.0.1:8080)")
+	}
+	if t := c.Listen.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			bad("listen.tls", "needs both cert_file and key_file")
+		} else {
+			t.CertFile, t.KeyFile = c.resolve(t.CertFile), c.resolve(t.KeyFile)
+		}
+		for _, l := range t.Listeners {
+			if l != "api" && l != "public" && l != "admin" {
+				bad("listen.tls.listeners", "%q is not api, public or admin", l)
+			}
+		}
 	}
 	switch {
 	case c.Store.SQLite != "" && c.Store.PostgresURLEnv != "":
@@ -387,8 +463,11 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 		{"timeouts.non_stream", c.Timeouts.NonStream}, {"timeouts.stream_total", c.Timeouts.StreamTotal},
 		{"timeouts.stream_idle", c.Timeouts.StreamIdle}, {"timeouts.keep_alive", c.Timeouts.KeepAlive},
 		{"timeouts.connect", c.Timeouts.Connect}, {"timeouts.shutdown", c.Timeouts.Shutdown},
+		{"timeouts.request_body", c.Timeouts.RequestBody},
 		{"health.timeout", c.Health.Timeout}, {"health.backoff_min", c.Health.BackoffMin},
 		{"health.backoff_max", c.Health.BackoffMax}, {"auth.poll", c.Auth.Poll},
+		{"health.window", c.Health.Window}, {"health.ejection_base", c.Health.EjectionBase},
+		{"health.ejection_max", c.Health.EjectionMax},
 		{"traffic.flush", c.Traffic.Flush}, {"traffic.share_cache", c.Traffic.ShareCache},
 	} {
 		if d.v == Off {
@@ -416,8 +495,26 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 	if c.Health.BackoffMin > c.Health.BackoffMax {
 		bad("health.backoff_min", "must not exceed health.backoff_max")
 	}
+	if c.Health.EjectionBase > c.Health.EjectionMax {
+		bad("health.ejection_base", "must not exceed health.ejection_max")
+	}
+	if c.Health.FailureThreshold < 1 {
+		bad("health.failure_threshold", "must be at least 1")
+	}
+	if c.Health.FailurePercent < 1 || c.Health.FailurePercent > 100 {
+		bad("health.failure_percent", "must be between 1 and 100")
+	}
+	if c.Health.MaxEjectedPercent < 1 || c.Health.MaxEjectedPercent > 100 {
+		bad("health.max_ejected_percent", "must be between 1 and 100")
+	}
+	if c.Health.MinRequests < 1 {
+		bad("health.min_requests", "must be at least 1")
+	}
 	c.Idempotency.validate(bad)
 	c.Search.validate(getenv, backendSecrets, bad)
+	c.Log.validate(bad)
+	c.Tracing.validate(getenv, backendSecrets, bad)
+	c.Console.validate(bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}

@@ -293,6 +293,84 @@ func TestSearchValidationNamesTheKey(t *testing.T) {
 	}
 }
 
+// The outlier-detection settings of health: defaults, and the ranges refused.
+func TestHealthOutlierSettings(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	c, err := Parse([]byte(minimal), ".", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Health
+	if h.FailurePercent != 50 || h.Window.D() != 30*time.Second || h.MinRequests != 20 ||
+		h.EjectionBase.D() != 30*time.Second || h.EjectionMax.D() != 5*time.Minute || h.MaxEjectedPercent != 50 {
+		t.Fatalf("defaults: %+v", h)
+	}
+	for _, bad := range []struct{ yaml, key string }{
+		{"health: {failure_percent: 101}\n", "health.failure_percent"},
+		{"health: {max_ejected_percent: -1}\n", "health.max_ejected_percent"},
+		{"health: {min_requests: -5}\n", "health.min_requests"},
+		{"health: {ejection_base: 10m, ejection_max: 1m}\n", "health.ejection_base"},
+		{"health: {window: \"off\"}\n", "health.window"},
+		{"health: {failure_threshold: -1}\n", "health.failure_threshold"},
+	} {
+		if _, err := Parse([]byte(minimal+bad.yaml), ".", e); err == nil || !strings.Contains(err.Error(), bad.key) {
+			t.Errorf("%q: %v, want an error naming %s", bad.yaml, err, bad.key)
+		}
+	}
+}
+
+// The compose deployment's config (deploy/tollgate.yaml) is valid: PostgreSQL,
+// an admin listener for Prometheus, SearXNG.
+func TestDeployConfigIsValid(t *testing.T) {
+	b, err := os.ReadFile("../deploy/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(b, ".", func(string) string { return "x" })
+	if err != nil {
+		t.Fatalf("deploy/tollgate.yaml: %v", err)
+	}
+	if c.Store.Driver != "postgres" || c.Listen.Admin == "" || c.Search.Provider != "searxng" {
+		t.Errorf("store %q, admin %q, search %q", c.Store.Driver, c.Listen.Admin, c.Search.Provider)
+	}
+}
+
+// listen.tls: both files, resolved against the config's directory; only
+// known listener names; timeouts.request_body defaults to 60s.
+func TestListenTLSAndRequestBody(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	withTLS := func(tls string) string {
+		return strings.Replace(minimal, `listen: {api: "127.0.0.1:0"}`, `listen: {api: "127.0.0.1:0", tls: `+tls+`}`, 1)
+	}
+	c, err := Parse([]byte(withTLS(`{cert_file: tls/c.pem, key_file: /k.pem, listeners: [api]}`)), "/etc/tg", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl := c.Listen.TLS; tl.CertFile != "/etc/tg/tls/c.pem" || tl.KeyFile != "/k.pem" || !tl.Serves("api") || tl.Serves("admin") {
+		t.Errorf("tls %+v", tl)
+	}
+	if c.Timeouts.RequestBody.D() != 60*time.Second {
+		t.Errorf("request_body default %v", c.Timeouts.RequestBody.D())
+	}
+	c, _ = Parse([]byte(withTLS(`{cert_file: c, key_file: k}`)), ".", e)
+	if !c.Listen.TLS.Serves("admin") || !c.Listen.TLS.Serves("public") {
+		t.Error("listen.tls without listeners does not serve every listener")
+	}
+	var none *ListenTLS
+	if none.Serves("api") {
+		t.Error("no listen.tls serves TLS")
+	}
+	for doc, key := range map[string]string{
+		withTLS(`{cert_file: c}`):                              "listen.tls",
+		withTLS(`{cert_file: c, key_file: k, listeners: [x]}`): "listen.tls.listeners",
+		minimal + "timeouts: {request_body: \"off\"}\n":        "timeouts.request_body",
+	} {
+		if _, err := Parse([]byte(doc), ".", e); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming %s", doc[:60], err, key)
+		}
+	}
+}
+
 func TestRoutingDefaultsAndValidation(t *testing.T) {
 	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
 	c, err := Parse([]byte(minimal), ".", e)

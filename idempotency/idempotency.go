@@ -30,7 +30,7 @@ type Store interface {
 	RenewIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string, expires time.Time) error
 	CompleteIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string, r tollgate.StoredResponse, expires time.Time) error
 	ReleaseIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string) error
-	PurgeIdempotency(ctx context.Context, before time.Time) (int64, error)
+	PurgeIdempotency(ctx context.Context, before, lostExpires time.Time) (int64, error)
 }
 
 // Defaults of Options (config `idempotency:`).
@@ -146,7 +146,7 @@ func (k *Keeper) Serve(ctx context.Context, w http.ResponseWriter, req Request, 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	res, err := k.store.BeginIdempotency(bctx, tollgate.IdempotencyClaim{
 		IdempotencyKey: key, Fingerprint: Fingerprint(model, req.Body), Owner: owner,
-		Now: now, Expires: now.Add(k.opts.Lease),
+		Now: now, Expires: now.Add(k.opts.Lease), LostExpires: now.Add(k.opts.TTL),
 	})
 	cancel()
 	if err != nil {
@@ -160,6 +160,13 @@ func (k *Keeper) Serve(ctx context.Context, w http.ResponseWriter, req Request, 
 	case tollgate.IdempotencyMismatch:
 		return Refused, tollgate.Errorf(tollgate.CodeIdempotencyKeyReused,
 			"this Idempotency-Key was used with a different request in the last %s; send a new key with a new request", k.opts.TTL)
+	case tollgate.IdempotencyLost:
+		k.opts.Log.Warn("idempotency: the key's request was charged and its answer lost", "request_id", req.ID,
+			"original_request_id", res.Owner)
+		return Refused, tollgate.Errorf(tollgate.CodeIdempotencyResponseLost,
+			"the request first sent with this Idempotency-Key ran and was charged (original request id %s), "+
+				"but its answer was lost when the instance serving it stopped; it will not run again under this key. "+
+				"Its charge is in your usage under that request id; send a new key to run the request again", res.Owner)
 	case tollgate.IdempotencyDone:
 		k.replay(w, res.Response)
 		k.opts.Log.Info("idempotent replay", "request_id", req.ID, "original_request_id", res.Owner)
@@ -319,9 +326,11 @@ func (r *recorder) Flush() {
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // Purge deletes what has expired (forgotten responses, leases of dead
-// instances) and returns how many keys.
+// instances) and returns how many keys. A dead instance's key whose request
+// was charged is kept, as lost, for the TTL.
 func (k *Keeper) Purge(ctx context.Context) (int64, error) {
-	return k.store.PurgeIdempotency(ctx, k.opts.Now())
+	now := k.opts.Now()
+	return k.store.PurgeIdempotency(ctx, now, now.Add(k.opts.TTL))
 }
 
 // RunPurge purges every interval until ctx ends (the sweeper of Main).

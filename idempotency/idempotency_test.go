@@ -330,3 +330,69 @@ func TestInvalidKey(t *testing.T) {
 		t.Errorf("an invalid key ran the request")
 	}
 }
+
+// A crash between the charge and the stored answer (docs/idempotency.md):
+// the first attempt was charged (its ledger row's id is its request id, the
+// claim's owner) and its instance stopped before the answer was stored.
+// After the lease a retry does not run: idempotency_response_lost, naming
+// the original request id, and the same for every later retry. Without the
+// ledger check the retry would run and be charged a second time.
+func TestChargedThenCrashedDoesNotRunAgain(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	acct := tollgate.Account{ID: "acct_1", Name: "a", Created: t0, Balance: tollgate.Dollars(1)}
+	if err := st.CreateAccount(ctx, acct); err != nil {
+		t.Fatal(err)
+	}
+	key := tollgate.Key{ID: "key_1", AccountID: acct.ID, Name: "k", Prefix: "sk-tg-abcd", Created: t0}
+	if err := st.CreateKey(ctx, key, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
+		t.Fatal(err)
+	}
+	charge := func(requestID string) {
+		hold := &tollgate.BillingOp{Kind: tollgate.OpHold, Hold: tollgate.Hold{ID: tollgate.NewID("hold_"), RequestID: requestID,
+			AccountID: acct.ID, KeyID: key.ID, Model: "m", Class: tollgate.ClassNetwork, Amount: tollgate.MustParseAmount("0.1"),
+			Owner: "inst", Created: t0, Expires: t0.Add(time.Hour)}}
+		settle := &tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: hold.Hold.ID, Charge: tollgate.Charge{RequestID: requestID,
+			AccountID: acct.ID, KeyID: key.ID, Model: "m", Class: tollgate.ClassNetwork, Cost: tollgate.MustParseAmount("0.01"), Time: t0}}
+		if err := st.ApplyBilling(ctx, []*tollgate.BillingOp{hold, settle}); err != nil || hold.Outcome != tollgate.HoldOK {
+			t.Errorf("charge: %v, hold outcome %d", err, hold.Outcome)
+		}
+	}
+	f := newFixture(t, st, idempotency.Options{Lease: time.Hour})
+	charged, finish := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// Charged, then its instance is gone: nothing happens until the
+		// retry has been answered (then it is only a slow instance, whose
+		// late answer must not be stored over the lost key).
+		_, _, _ = f.serve("k", body, "req_first", func(w http.ResponseWriter) error {
+			charge("req_first")
+			close(charged)
+			<-finish
+			return f.answer(`{"late":1}`)(w)
+		})
+	}()
+	<-charged
+	f.clock.Set(t0.Add(time.Hour))
+	for _, id := range []string{"req_retry1", "req_retry2"} {
+		_, out, err := f.serve("k", body, id, f.answer(`{"again":1}`))
+		e := wantCode(t, err, tollgate.CodeIdempotencyResponseLost)
+		if out != idempotency.Refused || !strings.Contains(e.Message, "req_first") {
+			t.Errorf("%s: outcome %v, message %q; want refused, naming req_first", id, out, e.Message)
+		}
+	}
+	close(finish)
+	wg.Wait()
+	_, _, err := f.serve("k", body, "req_retry3", f.answer(`{"again":1}`))
+	wantCode(t, err, tollgate.CodeIdempotencyResponseLost)
+	if n := f.runCount(); n != 1 {
+		t.Errorf("the request ran %d times, want once", n)
+	}
+	// Forgotten after the TTL (24 h from the retry that found it): the key runs afresh.
+	f.clock.Set(t0.Add(25 * time.Hour))
+	if _, out, err := f.serve("k", body, "req_later", f.answer(`{"fresh":1}`)); err != nil || out != idempotency.Ran {
+		t.Errorf("after the TTL: %v %v", out, err)
+	}
+}

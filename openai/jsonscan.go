@@ -14,7 +14,16 @@ import (
 
 var errSyntax = errors.New("invalid JSON")
 
-const maxDepth = 512
+// MaxDepth is how deeply arrays and objects may nest in a request body
+// (the top-level object is level 1). Deeper is refused with its own message
+// (errTooDeep): recursion is bounded, and no real request comes near it.
+const MaxDepth = 512
+
+// maxDepth is the depth skipValue refuses: values start at depth 1 inside
+// the top-level object (level 1), so a container at depth d is level d+1.
+const maxDepth = MaxDepth - 1
+
+var errTooDeep = errors.New("JSON nested too deeply")
 
 func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
@@ -48,7 +57,7 @@ func skipValue(b []byte, i int, depth int) (int, error) {
 		return skipString(b, i)
 	case c == '{':
 		if depth > maxDepth {
-			return i, errSyntax
+			return i, errTooDeep
 		}
 		i = skipWS(b, i+1)
 		if i < len(b) && b[i] == '}' {
@@ -84,7 +93,7 @@ func skipValue(b []byte, i int, depth int) (int, error) {
 		}
 	case c == '[':
 		if depth > maxDepth {
-			return i, errSyntax
+			return i, errTooDeep
 		}
 		i = skipWS(b, i+1)
 		if i < len(b) && b[i] == ']' {

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -21,6 +22,8 @@ type ChatRequest struct {
 	N int64
 	// Needs is what the request asks of the model.
 	Needs tollgate.Capabilities
+	// ToolChoice is the kind of tool_choice (or function_call) asked for.
+	ToolChoice ToolChoice
 	// WebSearch holds the client's web_search_options object, nil when absent.
 	WebSearch json.RawMessage
 	// PromptBytes is the size of the messages and tool definitions without
@@ -30,8 +33,9 @@ type ChatRequest struct {
 	// Images and Files count image and document parts.
 	Images, Files int64
 
-	params [8]string // the field that asked for each capability, by bit index
-	fields []field   // top-level members in the client's order
+	hasTools bool      // tools or functions, not empty
+	params   [8]string // the field that asked for each capability, by bit index
+	fields   []field   // top-level members in the client's order
 }
 
 type field struct {
@@ -160,11 +164,16 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 				return nil, invalidType(f.key, "an array")
 			}
 			if !isEmptyArray(v) {
+				r.hasTools = true
 				r.need(tollgate.CapTools, f.key)
 				r.PromptBytes += int64(len(v))
 			}
 		case "tool_choice", "function_call":
-			if null || string(v) == `"none"` {
+			if null {
+				continue
+			}
+			r.ToolChoice = toolChoiceOf(v)
+			if r.ToolChoice == ToolChoiceNone {
 				continue
 			}
 			r.need(tollgate.CapTools, f.key)
@@ -324,6 +333,10 @@ func splitObject(b []byte) ([]field, error) {
 		}
 	}
 	if !it.restOK() {
+		if errors.Is(it.err, errTooDeep) {
+			return nil, tollgate.Errorf(tollgate.CodeInvalidJSON,
+				"request body nests arrays and objects more than %d levels deep, the limit", MaxDepth)
+		}
 		return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body is not valid JSON")
 	}
 	return fields, nil
@@ -341,8 +354,10 @@ type UpstreamOptions struct {
 // AppendUpstreamBody appends the body to send upstream: the client's fields
 // in their order and bytes, with `model` replaced, usage asked for on
 // streams, web_search_options removed (tollgate serves web search itself),
-// and the output cap named as the flavour understands it.
+// the output cap named as the flavour understands it, and, for a server that
+// ignores tool_choice "none" (ControlTable), no tools offered at all.
 func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
+	dropTools := r.ToolChoice == ToolChoiceNone && !o.Flavour.Honours(ControlToolChoiceNone)
 	capKey := "max_tokens"
 	if o.Flavour == OpenAI {
 		// OpenAI's reasoning models reject max_tokens; max_completion_tokens works on all.
@@ -363,6 +378,10 @@ func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
 			continue // written last, below
 		case "web_search_options":
 			continue
+		case "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls":
+			if dropTools {
+				continue // the server would call the tools anyway
+			}
 		case "max_tokens", "max_completion_tokens":
 			if string(f.val) == "null" {
 				continue

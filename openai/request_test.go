@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -209,7 +210,15 @@ func FuzzParseChatRequest(f *testing.F) {
 			if err != nil {
 				t.Fatalf("upstream body does not parse: %v\n%s", err, out)
 			}
-			if want := r.Needs &^ tollgate.NewCapabilities(tollgate.CapWebSearch); r2.Needs != want {
+			want := r.Needs &^ tollgate.NewCapabilities(tollgate.CapWebSearch)
+			if r.ToolChoice == ToolChoiceNone && !fl.Honours(ControlToolChoiceNone) {
+				// tool_choice "none" to a server that ignores it: no tools sent.
+				want &^= tollgate.NewCapabilities(tollgate.CapTools)
+				if _, ok := top["tools"]; ok {
+					t.Fatalf("tools sent to %s with tool_choice none: %s", fl, out)
+				}
+			}
+			if r2.Needs != want {
 				t.Fatalf("needs changed in the rewrite: %v -> %v", r.Needs.List(), r2.Needs.List())
 			}
 		}
@@ -242,5 +251,27 @@ func TestStreamOptionsDroppedWithoutStream(t *testing.T) {
 	r := mustParse(t, `{"model":"a","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`)
 	if out := string(r.AppendUpstreamBody(nil, UpstreamOptions{Model: "b", Flavour: VLLM})); strings.Contains(out, "stream_options") {
 		t.Fatalf("stream_options sent on a non-streamed request: %s", out)
+	}
+}
+
+// JSON nested deeper than MaxDepth gets its own message naming the limit;
+// MaxDepth levels are accepted.
+func TestRequestNestingLimit(t *testing.T) {
+	body := func(levels int) []byte {
+		// The top-level object is level 1; "x" holds levels-1 nested arrays.
+		inner := strings.Repeat("[", levels-1) + strings.Repeat("]", levels-1)
+		return []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"x":` + inner + `}`)
+	}
+	if _, err := ParseChatRequest(body(MaxDepth)); err != nil {
+		t.Fatalf("%d levels: %v", MaxDepth, err)
+	}
+	_, err := ParseChatRequest(body(MaxDepth + 1))
+	var te *tollgate.Error
+	if !errors.As(err, &te) || te.Code != tollgate.CodeInvalidJSON || !strings.Contains(te.Message, "512 levels deep") {
+		t.Fatalf("%d levels: %v, want invalid_json naming the limit", MaxDepth+1, err)
+	}
+	_, err = ParseChatRequest([]byte(`{"model":"m",`))
+	if !errors.As(err, &te) || strings.Contains(te.Message, "deep") {
+		t.Fatalf("truncated body: %v, want the plain syntax message", err)
 	}
 }

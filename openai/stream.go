@@ -55,14 +55,16 @@ type StreamNormalizer struct {
 	// deliveredFirst is the part of delivered that went to choice 0:
 	// llama.cpp's usage counts the first choice only (ChoicesUsage).
 	deliveredFirst int64
-	sawFinish      bool
-	done           bool
-	forwarded      int
-	roleSent       uint64 // bit i: choice i already had its role (i < 64)
-	tmpl           chunkTemplate
-	noTemplate     bool         // tests: always take the full path
-	templated      int          // chunks normalised by the template
-	clock          func() int64 // tests: the time when no chunk says
+	// tokens is the stream's own count of completion tokens (StreamTokens).
+	tokens     int64
+	sawFinish  bool
+	done       bool
+	forwarded  int
+	roleSent   uint64 // bit i: choice i already had its role (i < 64)
+	tmpl       chunkTemplate
+	noTemplate bool         // tests: always take the full path
+	templated  int          // chunks normalised by the template
+	clock      func() int64 // tests: the time when no chunk says
 }
 
 // chunkTemplate is the last forwarded chunk whose only generated text was one
@@ -89,6 +91,7 @@ type member struct{ key, raw, val []byte }
 type chunkState struct {
 	delivered      int64
 	deliveredFirst int64 // of delivered, to choice 0
+	tokens         int64 // PieceTokens of each piece, plus one per end of turn
 	finish         bool
 	finishErr      bool
 	roleSent       uint64
@@ -125,7 +128,9 @@ func (st *chunkState) functionTexts(fn []byte, at int) {
 // name or arguments) as delivered and notes that it is about to be written at
 // offset at of the choices. A null one generated nothing.
 func (st *chunkState) generated(val []byte, at int) {
-	st.delivered += stringLen(val)
+	l := stringLen(val)
+	st.delivered += l
+	st.tokens += PieceTokens(l)
 	switch {
 	case len(val) > 0 && val[0] == '"':
 		st.deliveries++
@@ -234,6 +239,7 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	}
 	n.delivered += st.delivered
 	n.deliveredFirst += st.deliveredFirst
+	n.tokens += st.tokens
 	n.roleSent = st.roleSent
 	if st.finish {
 		n.sawFinish = true
@@ -288,6 +294,7 @@ func (n *StreamNormalizer) fromTemplate(data []byte) ([]byte, bool) {
 	}
 	l := stringLen(text)
 	n.delivered += l
+	n.tokens += PieceTokens(l)
 	if t.first {
 		n.deliveredFirst += l
 	}
@@ -351,14 +358,22 @@ func (n *StreamNormalizer) DeliveredBytes() int64 { return n.delivered }
 // Forwarded is the number of chunks returned for forwarding so far.
 func (n *StreamNormalizer) Forwarded() int { return n.forwarded }
 
+// StreamTokens is the stream's own count of the completion tokens forwarded
+// so far: PieceTokens of every piece of text (content, reasoning, refusal,
+// a tool call's name or arguments), plus one for each choice that ended its
+// turn (finish_reason stop, tool_calls or function_call). Servers stream
+// about one token per delta, so this counts tokens, where bytes / 4 counts
+// a short piece such as "<tool_call>" (11 bytes, one token) as three.
+func (n *StreamNormalizer) StreamTokens() int64 { return n.tokens }
+
 // FinalUsage returns the usage to bill: the server's when it reported one,
 // else an estimate (Estimated set) from promptTokens (the relay's count of
-// the prompt) and EstimateTokensN(DeliveredBytes()).
+// the prompt) and StreamTokens().
 func (n *StreamNormalizer) FinalUsage(promptTokens int64) Usage {
 	if u, ok := n.Usage(); ok {
 		return u
 	}
-	return Usage{PromptTokens: promptTokens, CompletionTokens: EstimateTokensN(n.delivered), Estimated: true}.Normalize()
+	return Usage{PromptTokens: promptTokens, CompletionTokens: n.tokens, Estimated: true}.Normalize()
 }
 
 // Created is the upstream's created of its first chunk, or the time of the
@@ -534,9 +549,13 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 			}
 		case "finish_reason":
 			if fr := trimWS(m.val); len(fr) > 2 && fr[0] == '"' {
-				if jsonStringIs(fr, "error") {
+				switch {
+				case jsonStringIs(fr, "error"):
 					st.finishErr = true
-				} else {
+				case jsonStringIs(fr, "stop"), jsonStringIs(fr, "tool_calls"), jsonStringIs(fr, "function_call"):
+					st.tokens++ // the end-of-turn token: generated, counted by servers, never shown
+					st.finish = true
+				default:
 					st.finish = true
 				}
 			}

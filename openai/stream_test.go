@@ -473,12 +473,14 @@ func TestStreamNoUsageIsEstimated(t *testing.T) {
 		if res.n.DeliveredBytes() != int64(len("Hello world!")) {
 			t.Fatalf("%s: delivered %d bytes", p, res.n.DeliveredBytes())
 		}
+		// "Hello", " world", "!" and the end of turn: 4, what both servers
+		// reported for the same answer with usage (captures 06).
 		u := res.n.FinalUsage(testPrompt)
-		if !u.Estimated || u.CompletionTokens != 3 || u.PromptTokens != testPrompt || u.TotalTokens != testPrompt+3 {
+		if !u.Estimated || u.CompletionTokens != 4 || u.PromptTokens != testPrompt || u.TotalTokens != testPrompt+4 {
 			t.Fatalf("%s: estimated usage %+v", p, u)
 		}
 		acc := accumulate(t, res.out)
-		if num(acc[-1].usage["completion_tokens"]) != 3 {
+		if num(acc[-1].usage["completion_tokens"]) != 4 {
 			t.Fatalf("%s: usage chunk %v", p, acc[-1].usage)
 		}
 	}
@@ -932,5 +934,44 @@ func TestStreamErrorSpaced(t *testing.T) {
 	res = runFile(t, SGLang, "testdata/synthetic/sglang_error_spaced.sse")
 	if res.failure == nil || res.failure.Code != tollgate.CodeContextLengthExceeded || !strings.Contains(res.failure.Message, "8192") {
 		t.Fatalf("sglang: failure = %#v\n%s", res.failure, res.out)
+	}
+}
+
+// The stream's own count is one token per streamed piece (a piece of up to
+// 16 bytes), not bytes / 4: llama.cpp streaming "<tool_call>\n" 32 times as
+// content (capture 22's text; the server counted 64 tokens) counts 64, where
+// bytes / 4 gives 96. Template and full path count alike.
+func TestStreamTokensCountPieces(t *testing.T) {
+	chunk := func(content string, finish string) string {
+		return `{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"finish_reason":` + finish +
+			`,"index":0,"delta":{"content":` + strconv.Quote(content) + `}}]}`
+	}
+	for _, tmpl := range []bool{true, false} {
+		var n StreamNormalizer
+		n.Reset("id", "m", LlamaCpp)
+		n.noTemplate = !tmpl
+		for i := 0; i < 32; i++ {
+			for _, p := range []string{"<tool_call>", "\n"} {
+				if _, err := n.Chunk([]byte(chunk(p, "null"))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := n.Chunk([]byte(chunk("", `"length"`))); err != nil {
+			t.Fatal(err)
+		}
+		if got := n.StreamTokens(); got != 64 {
+			t.Fatalf("template %v: %d tokens, want 64 (bytes/4 would say %d)", tmpl, got, EstimateTokensN(n.DeliveredBytes()))
+		}
+		if tmpl && n.templated == 0 {
+			t.Fatal("the template path never ran")
+		}
+		// A long piece is several tokens sent together; stop adds the end of turn.
+		if _, err := n.Chunk([]byte(chunk(strings.Repeat("a", 40), `"stop"`))); err != nil {
+			t.Fatal(err)
+		}
+		if got := n.StreamTokens(); got != 64+10+1 {
+			t.Fatalf("after a 40-byte piece and stop: %d, want 75", got)
+		}
 	}
 }

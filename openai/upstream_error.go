@@ -12,8 +12,8 @@ import (
 // tollgate shows its client. The message is always tollgate's own; the
 // upstream's words go to Err (logged, never shown), except for a request the
 // upstream rejected as invalid, whose reason is shown after sanitising
-// (URLs, paths, host names, addresses and key-like strings removed; first
-// line only; at most 200 bytes).
+// (URLs, paths, host names, addresses and key-like strings removed; every
+// line kept; at most maxReason bytes).
 //
 //   - The prompt is too long for the context (vLLM "maximum context length" /
 //     "longer than the maximum model length", SGLang "longer than the model's
@@ -299,39 +299,56 @@ func (info upstreamInfo) clientFault() (string, bool) {
 	default:
 		return "", false
 	}
-	m := strings.ToLower(info.message)
+	// The words are looked for after redaction: a host name such as
+	// gpu-7.internal is not the server talking about itself.
+	s := sanitizeMessage(info.message)
+	m := strings.ToLower(s)
 	for _, w := range []string{"model", "server", "internal", "api key", "apikey", "token limit", "credit", "quota", "auth"} {
 		if strings.Contains(m, w) {
 			return "", false
 		}
 	}
-	s := sanitizeMessage(info.message)
 	if s == "" {
 		return "", false
 	}
 	return s, true
 }
 
-// sanitizeMessage keeps the first line of an upstream message, drops words that
-// could reveal the upstream (URLs, paths, host:port, IP addresses, e-mail
-// addresses, key-like strings) and clips it to 200 bytes.
+// maxReason bounds the upstream reason shown to a client: room for a
+// multi-line schema or grammar error, not for a whole traceback.
+const maxReason = 2000
+
+// sanitizeMessage keeps an upstream message whole, line by line (a schema
+// compiler puts the reason after the first line), drops words that could
+// reveal the upstream (URLs, paths, host:port, IP addresses, e-mail
+// addresses, key-like strings), collapses runs of spaces and blank lines,
+// and clips it to maxReason bytes.
 func sanitizeMessage(msg string) string {
-	if i := strings.IndexAny(msg, "\r\n"); i >= 0 {
-		msg = msg[:i]
-	}
-	words := strings.Fields(msg)
-	out := words[:0]
-	for _, w := range words {
-		if revealing(w) {
-			out = append(out, "[redacted]")
+	var b strings.Builder
+	for line := range strings.Lines(msg) {
+		words := strings.Fields(line)
+		if len(words) == 0 {
 			continue
 		}
-		out = append(out, w)
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		for i, w := range words {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			if revealing(w) {
+				w = "[redacted]"
+			}
+			b.WriteString(w)
+		}
+		if b.Len() > maxReason {
+			break
+		}
 	}
-	s := strings.Join(out, " ")
-	s = strings.ToValidUTF8(s, "")
-	if len(s) > 200 {
-		cut := 200
+	s := strings.ToValidUTF8(b.String(), "")
+	if len(s) > maxReason {
+		cut := maxReason
 		for cut > 0 && s[cut]&0xC0 == 0x80 {
 			cut--
 		}

@@ -157,19 +157,44 @@ func TestClassifyUpstreamErrorFlavours(t *testing.T) {
 
 func TestSanitizeMessage(t *testing.T) {
 	for in, want := range map[string]string{
-		"temperature must be >= 0":                     "temperature must be >= 0",
-		"bad url https://x.y/z and host a.b.com:443":   "bad url [redacted] and host [redacted]",
-		"first line\nsecond line with secrets":         "first line",
-		"token 0123456789abcdef0123456789abcdef here":  "token [redacted] here",
-		"mail ops@example.com now":                     "mail [redacted] now",
-		"at 192.168.1.10 and ./cache/x.bin":            "at [redacted] and [redacted]",
-		"":                                             "",
-		strings.Repeat("é", 150):                       strings.Repeat("é", 100) + "...",
-		"path C:\\models\\x.gguf":                      "path [redacted]",
-		"value 3.5 is too large for top_p (max: 1.0).": "value 3.5 is too large for top_p (max: 1.0).",
+		"temperature must be >= 0":                       "temperature must be >= 0",
+		"bad url https://x.y/z and host a.b.com:443":     "bad url [redacted] and host [redacted]",
+		"first line\n\n  second   line at 10.0.0.5:8000": "first line\nsecond line at [redacted]",
+		"token 0123456789abcdef0123456789abcdef here":    "token [redacted] here",
+		"mail ops@example.com now":                       "mail [redacted] now",
+		"at 192.168.1.10 and ./cache/x.bin":              "at [redacted] and [redacted]",
+		"":                                               "",
+		strings.Repeat("é", 1500):                        strings.Repeat("é", 1000) + "...",
+		strings.Repeat("ab ", 1000):                      strings.TrimSpace(strings.Repeat("ab ", 667)) + "...",
+		"path C:\\models\\x.gguf":                        "path [redacted]",
+		"value 3.5 is too large for top_p (max: 1.0).":   "value 3.5 is too large for top_p (max: 1.0).",
 	} {
 		if got := sanitizeMessage(in); got != want {
 			t.Errorf("sanitizeMessage(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A json_schema the server cannot compile: the reason is after the first
+// line, and reaches the client whole, without the upstream's addresses.
+func TestUpstreamSchemaErrorKeepsEveryLine(t *testing.T) {
+	for _, tc := range []upstreamErrCase{
+		{name: "llama.cpp schema conversion", fl: LlamaCpp, status: 400,
+			body:     `{"error":{"code":400,"message":"JSON schema conversion failed:\nUnrecognized schema: {\"type\":\"integr\"}\nUnsupported ref: https://10.0.2.22:8080/defs.json#/x","type":"invalid_request_error"}}`,
+			code:     tollgate.CodeInvalidRequest,
+			contains: []string{"JSON schema conversion failed:\nUnrecognized schema: {\"type\":\"integr\"}\nUnsupported ref: [redacted]"},
+			never:    []string{"10.0.2.22"}},
+		{name: "vLLM grammar compile", fl: VLLM, status: 400,
+			body:     `{"error":{"message":"Failed to compile the json_schema:\n  Invalid schema at properties.age:\n    'minimum' must be a number, got \"ten\"\n  (grammar worker gpu-7.internal:8001, 172.16.4.9)","type":"BadRequestError","param":null,"code":400}}`,
+			code:     tollgate.CodeInvalidRequest,
+			contains: []string{"Failed to compile the json_schema:\nInvalid schema at properties.age:\n'minimum' must be a number, got \"ten\""},
+			never:    []string{"gpu-7", "172.16"}},
+	} {
+		checkUpstreamErr(t, tc)
+	}
+	long := `{"error":{"code":400,"message":"` + strings.Repeat(`schema line\n`, 1000) + `","type":"invalid_request_error"}}`
+	e := ClassifyUpstreamError(LlamaCpp, 400, []byte(long))
+	if len(e.Message) > maxReason+100 || !strings.HasSuffix(e.Message, "...") {
+		t.Fatalf("a 12,000-byte reason gave a %d-byte message", len(e.Message))
 	}
 }

@@ -75,6 +75,20 @@ func (u Usage) Normalize() Usage {
 // charge is then marked as estimated.
 func EstimateTokens(text []byte) int64 { return EstimateTokensN(int64(len(text))) }
 
+// PieceTokens counts one streamed piece of text of l decoded bytes: a piece
+// of up to 16 bytes is one token (servers stream one token per delta, and a
+// BPE token is rarely longer), a longer one is several tokens sent together
+// (Ollama sends a whole tool call in one delta) and counts ceil(l / 4).
+func PieceTokens(l int64) int64 {
+	switch {
+	case l <= 0:
+		return 0
+	case l <= 16:
+		return 1
+	}
+	return (l + 3) / 4
+}
+
 // EstimateTokensN is EstimateTokens for a byte count (what StreamNormalizer
 // and Response accumulate, without keeping the text itself).
 func EstimateTokensN(n int64) int64 {

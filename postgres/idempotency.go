@@ -19,7 +19,12 @@ import (
 
 // BeginIdempotency claims c's key, or reports who holds or held it. A row
 // whose expires has passed (a lease nobody renewed, a memory past its TTL)
-// is taken over.
+// is taken over, except an in-flight row whose owner was charged (its
+// charge is in the ledger under the owner's request id): its instance died
+// between the charge and the stored answer, and the key is kept as lost
+// until c.LostExpires instead (IdempotencyLost). No claim can take such a
+// row over (the condition is re-checked under the row lock), so racing
+// instances all answer lost.
 func (db *DB) BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim) (tollgate.IdempotencyResult, error) {
 	// The row can change between the claim and the read (released, or
 	// expired and taken over): then claim again. Each loop needs another
@@ -32,7 +37,8 @@ func (db *DB) BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim)
 			 ON CONFLICT (scope, key) DO UPDATE SET
 			   fingerprint = excluded.fingerprint, owner = excluded.owner, created = excluded.created,
 			   expires = excluded.expires, status = 0, header = '', body = NULL
-			 WHERE t.expires <= $5
+			 WHERE t.expires <= $5 AND NOT (t.status = 0 AND EXISTS
+			   (SELECT 1 FROM ledger l WHERE l.id = t.owner AND l.kind = 'charge'))
 			 RETURNING owner`,
 			c.Scope, c.Key, c.Fingerprint, c.Owner, c.Now, c.Expires).Scan(&owner)
 		if err == nil {
@@ -51,6 +57,11 @@ func (db *DB) BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim)
 			 WHERE scope = $1 AND key = $2 AND expires > $3`,
 			c.Scope, c.Key, c.Now).Scan(&fp, &res.Owner, &res.Started, &status, &header, &body)
 		if errors.Is(err, pgx.ErrNoRows) {
+			// Released or expired meanwhile, or its holder was charged and
+			// died before storing the answer: keep that as lost, and look again.
+			if _, err := db.pool.Exec(ctx, lostSQL, c.LostExpires, c.Scope, c.Key, c.Now); err != nil {
+				return tollgate.IdempotencyResult{}, fmt.Errorf("postgres: begin idempotency: %w", err)
+			}
 			continue
 		}
 		if err != nil {
@@ -63,6 +74,8 @@ func (db *DB) BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim)
 			res.Owner = ""
 		case status == 0:
 			res.State = tollgate.IdempotencyInFlight
+		case status == tollgate.IdempotencyStatusLost:
+			res.State = tollgate.IdempotencyLost
 		default:
 			res.State = tollgate.IdempotencyDone
 			if body == nil {
@@ -122,15 +135,33 @@ func (db *DB) idemUpdate(ctx context.Context, what, q string, args ...any) error
 // locks at once.
 const purgeBatch = 1000
 
+// lostSQL keeps the in-flight row of key ($2, $3) whose lease ended before
+// $4 and whose owner was charged as lost until $1.
+const lostSQL = `UPDATE idempotency_keys t SET status = -1, header = '', body = NULL, expires = $1
+	WHERE scope = $2 AND key = $3 AND status = 0 AND expires <= $4
+	AND EXISTS (SELECT 1 FROM ledger l WHERE l.id = t.owner AND l.kind = 'charge')`
+
 // PurgeIdempotency deletes the rows whose expires is before before
 // (forgotten responses, leases of dead instances) and returns how many.
-// Several instances may purge at once: SKIP LOCKED keeps them apart.
-func (db *DB) PurgeIdempotency(ctx context.Context, before time.Time) (int64, error) {
+// Several instances may purge at once: SKIP LOCKED keeps them apart. An
+// in-flight row whose owner was charged is not deleted but kept as lost
+// until lostExpires (BeginIdempotency): deleting it would let the key run,
+// and be charged, again.
+func (db *DB) PurgeIdempotency(ctx context.Context, before, lostExpires time.Time) (int64, error) {
+	if _, err := db.pool.Exec(ctx, `UPDATE idempotency_keys t SET status = -1, header = '', body = NULL, expires = $1
+		WHERE status = 0 AND expires < $2 AND EXISTS (SELECT 1 FROM ledger l WHERE l.id = t.owner AND l.kind = 'charge')`,
+		lostExpires, before); err != nil {
+		return 0, fmt.Errorf("postgres: purge idempotency: %w", err)
+	}
 	var total int64
 	for {
+		// An in-flight row whose lease ended after the update above and
+		// whose owner was charged is left to the next purge.
 		tag, err := db.pool.Exec(ctx,
 			`DELETE FROM idempotency_keys WHERE ctid IN
-			   (SELECT ctid FROM idempotency_keys WHERE expires < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			   (SELECT ctid FROM idempotency_keys t WHERE expires < $1
+			    AND NOT (status = 0 AND EXISTS (SELECT 1 FROM ledger l WHERE l.id = t.owner AND l.kind = 'charge'))
+			    LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 			before, purgeBatch)
 		if err != nil {
 			return total, fmt.Errorf("postgres: purge idempotency: %w", err)

@@ -70,12 +70,15 @@ type Node struct {
 
 	inflight atomic.Int64
 	health   nodeHealth
-	authOnce sync.Once
-	authHdr  []string
-	nameOnce sync.Once
-	nameHdr  []string // X-Tollgate-Node's value, shared by every response
-	h1Once   sync.Once
-	h1       atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
+	// Counted since start, for metrics: failed requests and probes, and
+	// times the node was taken out of rotation (down or ejected).
+	failedTotal, takenOut atomic.Int64
+	authOnce              sync.Once
+	authHdr               []string
+	nameOnce              sync.Once
+	nameHdr               []string // X-Tollgate-Node's value, shared by every response
+	h1Once                sync.Once
+	h1                    atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
 	// prefix records the prompt prefixes recently sent to the node, for
 	// prefix-cache routing (prefix.go). It goes with the node: a node the
 	// config removes or replaces takes its index with it.
@@ -212,20 +215,29 @@ func defaultHealthURL(base string, f openai.Flavour) string {
 	}
 }
 
-// nodeHealth is a node's state: up, or down until a probe succeeds.
-// Passive failures (connection errors, 5xx, timeouts) count up; at the
-// threshold the node goes down with exponential backoff. A connection
-// refused takes it down at once.
+// nodeHealth is a node's state. Two things can keep a node out of
+// rotation, each on its own evidence:
+//   - down: the node is unreachable (failed probes, or a refused connection).
+//     It comes back on the first good probe after its backoff.
+//   - ejected: real requests fail on it (outlier detection, outlier.go),
+//     whatever its probe says. It comes back when the ejection time passes;
+//     a good probe neither ends an ejection nor resets its counters.
 type nodeHealth struct {
 	mu        sync.Mutex
 	down      atomic.Bool
-	failures  atomic.Int64 // written under mu; read without it by reportSuccess's fast path
+	failures  atomic.Int64 // consecutive failed probes; written under mu, read without it by reportReachable's fast path
 	backoff   time.Duration
 	downUntil time.Time
+
+	outlier outlierState
 }
 
-// Healthy reports whether the node may take requests.
+// Healthy reports whether the node is up by its probes (it may still be
+// ejected for failing real requests: see Ejected).
 func (n *Node) Healthy() bool { return !n.health.down.Load() }
+
+// Failures is the node's count of failures in a row (0 after a success).
+func (n *Node) Failures() int64 { return n.health.failures.Load() }
 
 // Inflight is the number of requests the node is serving now.
 func (n *Node) Inflight() int64 { return n.inflight.Load() }
@@ -245,15 +257,25 @@ func (n *Node) tryAcquire() bool {
 
 func (n *Node) release() { n.inflight.Add(-1) }
 
-// HealthPolicy holds the thresholds and backoff of health checking.
+// HealthPolicy holds the thresholds and backoffs of health checking: the
+// probes' (FailureThreshold, BackoffMin, BackoffMax) and outlier detection's
+// on real requests (config: health.*, docs/config.md).
 type HealthPolicy struct {
-	FailureThreshold int
+	FailureThreshold int // consecutive failed probes, or failed requests, that take a node out
 	BackoffMin       time.Duration
 	BackoffMax       time.Duration
+
+	FailurePercent    int           // share of failed requests in Window that ejects, 1-100
+	Window            time.Duration // the sliding window of FailurePercent
+	MinRequests       int           // requests in Window before FailurePercent applies
+	EjectionBase      time.Duration // first ejection; the k-th lasts k × EjectionBase
+	EjectionMax       time.Duration // cap of one ejection
+	MaxEjectedPercent int           // share of a backend's nodes ejected at once, 0-100
 }
 
-// reportSuccess records a good answer: the node is up and its failures reset.
-func (n *Node) reportSuccess() {
+// reportReachable records a good probe: the node is up and its probe failures
+// reset. Outlier state (ejection, failed requests) is not touched.
+func (n *Node) reportReachable() {
 	if !n.health.down.Load() && n.health.failures.Load() == 0 {
 		return // fast path without the lock
 	}
@@ -264,8 +286,10 @@ func (n *Node) reportSuccess() {
 	n.health.mu.Unlock()
 }
 
-// reportFailure records a passive failure; immediate takes the node down now.
-func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
+// reportUnreachable records a failed probe; immediate (a refused connection,
+// probe or request) takes the node down now.
+func (n *Node) reportUnreachable(p HealthPolicy, immediate bool, now time.Time) {
+	n.failedTotal.Add(1)
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()
 	failures := n.health.failures.Add(1)
@@ -282,6 +306,7 @@ func (n *Node) reportFailure(p HealthPolicy, immediate bool, now time.Time) {
 	}
 	n.health.downUntil = now.Add(n.health.backoff)
 	n.health.down.Store(true)
+	n.takenOut.Add(1)
 }
 
 // probeDue reports whether a down node's backoff has passed (time for a probe).

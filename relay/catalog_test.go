@@ -65,24 +65,34 @@ func TestReloadDoesNotWriteNodesInUse(t *testing.T) {
 	}
 }
 
-// Requests on one node succeed and fail at the same time: the health
-// bookkeeping is shared by them.
+// Requests on one node succeed and fail while probes report on it: the
+// health and outlier bookkeeping is shared by them (run with -race).
 func TestNodeHealthReportsConcurrently(t *testing.T) {
 	n := &Node{Name: "n"}
 	p := HealthPolicy{FailureThreshold: 1000, BackoffMin: time.Second, BackoffMax: time.Minute}
+	p.setDefaults()
+	p.MinRequests = 1000000 // count, never eject: the window and counters are what is exercised
 	var wg sync.WaitGroup
-	for g := 0; g < 2; g++ {
+	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
-				if g == 0 {
-					n.reportSuccess()
-				} else {
-					n.reportFailure(p, false, time.Now())
+				switch g {
+				case 0:
+					n.reportReachable()
+				case 1:
+					n.reportUnreachable(p, false, time.Now())
+				case 2:
+					n.requestOK(&p, time.Now())
+				default:
+					n.requestFailed(&p, nil, time.Now())
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	if total, failed := n.windowCounts(&p, time.Now()); total != 400 || failed != 200 {
+		t.Fatalf("window: %d requests, %d failed; want 400, 200", total, failed)
+	}
 }

@@ -44,9 +44,9 @@ func (r *Relay) ProbeAll(ctx context.Context, timeout time.Duration) {
 			ok := r.probe(ctx, n, timeout)
 			switch {
 			case ok:
-				n.reportSuccess()
+				n.reportReachable()
 			case n.Healthy():
-				n.reportFailure(r.opts.Health, false, r.now())
+				n.reportUnreachable(r.opts.Health, false, r.now())
 			default:
 				n.probeFailed(r.opts.Health, r.now())
 			}
@@ -88,7 +88,7 @@ func (r *Relay) runPassiveRecovery(ctx context.Context) {
 		now := r.now()
 		for _, n := range r.Catalog().Nodes() {
 			if !n.Healthy() && n.probeDue(now) {
-				n.reportSuccess()
+				n.reportReachable()
 			}
 		}
 	}

@@ -111,7 +111,7 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	first = n
 
 	// Down: never chosen, and its index is dropped when seen down.
-	first.reportFailure(HealthPolicy{FailureThreshold: 1, BackoffMin: time.Minute, BackoffMax: time.Minute}, true, time.Now())
+	first.reportUnreachable(HealthPolicy{FailureThreshold: 1, BackoffMin: time.Minute, BackoffMax: time.Minute}, true, time.Now())
 	n = routeTurn(t, &p, &st, m, able, convo("c", 5, 500))
 	if n == first {
 		t.Fatal("a down node was chosen")

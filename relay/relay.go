@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,11 +9,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
@@ -45,11 +45,7 @@ func (o *Options) setDefaults() {
 	def(&o.StreamIdle, 5*time.Minute)
 	def(&o.KeepAlive, 15*time.Second)
 	def(&o.ConnectTimeout, 10*time.Second)
-	def(&o.Health.BackoffMin, time.Second)
-	def(&o.Health.BackoffMax, time.Minute)
-	if o.Health.FailureThreshold <= 0 {
-		o.Health.FailureThreshold = 3
-	}
+	o.Health.setDefaults()
 	if o.MaxUpstreamBody <= 0 {
 		o.MaxUpstreamBody = 64 << 20
 	}
@@ -71,6 +67,16 @@ type Deps struct {
 	// Search runs web searches; nil: web search is off and
 	// web_search_options is refused.
 	Search Searcher
+	// Streams counts the streams in flight (a metrics gauge); may be nil.
+	Streams Gauge
+	// Tracer makes the request's spans (trace.go); nil: no tracing.
+	Tracer trace.Tracer
+}
+
+// Gauge is a number that goes up and down (prometheus.Gauge).
+type Gauge interface {
+	Inc()
+	Dec()
 }
 
 // Relay serves chat completions. It is safe for concurrent use; the catalogue
@@ -86,6 +92,8 @@ type Relay struct {
 	traffic     TrafficCounter
 	biller      tollgate.Biller
 	search      Searcher
+	streams     Gauge
+	tracer      trace.Tracer
 	log         *slog.Logger
 	now         func() time.Time
 	bufs        sync.Pool
@@ -116,6 +124,8 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		traffic: deps.Traffic,
 		biller:  deps.Biller,
 		search:  deps.Search,
+		streams: deps.Streams,
+		tracer:  deps.Tracer,
 		log:     log,
 		now:     time.Now,
 	}
@@ -124,14 +134,12 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	return r
 }
 
-// h1For returns the node's synchronous HTTP/1.1 client, or nil for https
-// nodes (they go through net/http for TLS and HTTP/2).
+// h1For returns the node's client (upstream.go), made on first use; nil
+// only for a node URL it cannot serve (the config allows none).
 func (r *Relay) h1For(n *Node) *h1Pool {
 	n.h1Once.Do(func() {
-		if strings.HasPrefix(n.BaseURL, "http://") {
-			if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
-				n.h1.Store(p)
-			}
+		if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
+			n.h1.Store(p)
 		}
 	})
 	return n.h1.Load()
@@ -174,6 +182,10 @@ type Call struct {
 	Cost         tollgate.Amount
 	Outcome      string // served, failed, disconnected, ...
 	UpstreamTime time.Duration
+	Stream       bool          // the client asked for a stream
+	FirstToken   time.Time     // when the first generated token was sent (streams)
+	ErrorCode    tollgate.Code // a failure delivered inside a stream
+	Searches     int64         // web searches charged
 }
 
 // ServeChat handles POST /v1/chat/completions for an authenticated call. It
@@ -212,11 +224,19 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	if err != nil {
 		return err
 	}
+	if able, err = honouring(m, able, cr); err != nil {
+		return err
+	}
 	var pr prefixRoute
 	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
 	defer pr.done()
 	if err != nil {
 		return err
+	}
+	call.Stream = cr.Stream
+	if cr.Stream && r.streams != nil {
+		r.streams.Inc()
+		defer r.streams.Dec()
 	}
 	if webSearch {
 		return r.serveSearch(w, req, call, cr, m, b, node)
@@ -231,7 +251,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m), prefixHashes: pr.hashes}
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes}
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
@@ -239,10 +259,12 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 		if err != nil {
 			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr), "the request's cost bound is out of range")
 		}
+		_, hs := r.span(req.Context(), "hold", trace.SpanKindInternal)
 		x.holdID, err = r.biller.Hold(req.Context(), tollgate.HoldRequest{
 			RequestID: call.RequestID, AccountID: call.Account.ID, KeyID: call.Key.ID, Model: m.ID,
 			Class: b.Class, Amount: amount, TokenBound: promptBound + outCap*cr.N, Time: r.now(),
 		})
+		endSpan(hs, err)
 		if err != nil {
 			return err
 		}
@@ -296,7 +318,6 @@ func holdAmount(p tollgate.Prices, promptBound, outputCap int64) (tollgate.Amoun
 
 var (
 	jsonContentType = []string{"application/json"}
-	acceptBoth      = []string{"application/json, text/event-stream"}
 )
 
 // exchange is one request's trip to one backend.
@@ -311,8 +332,13 @@ type exchange struct {
 	promptEstimate int64
 	holdID         string
 	settled        bool
-	searches       int64    // web searches that ran (search requests only)
-	prefixHashes   []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
+	// Tracing (trace.go): the request's span context (the parent of the
+	// hold and settle spans), the backend call's span and its traceparent.
+	spanCtx      context.Context
+	backendSpan  trace.Span
+	traceparent  string
+	searches     int64    // web searches that ran (search requests only)
+	prefixHashes []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
@@ -328,6 +354,11 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 	// Not the request's context: the client may be gone, and the charge
 	// must still be written (the Biller sees every operation through).
 	ctx := context.Background()
+	if x.r.tracer != nil {
+		var ss trace.Span
+		_, ss = x.r.span(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(x.spanCtx)), "settle", trace.SpanKindInternal)
+		defer endSpan(ss, nil)
+	}
 	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
 		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
 			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
@@ -378,35 +409,15 @@ func (x *exchange) completionID() string { return "chatcmpl-" + x.call.RequestID
 func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		start := x.r.now()
-		var resp *http.Response
-		var err error
-		if h1 := x.r.h1For(x.node); h1 != nil {
-			head := upstreamHead{requestID: x.call.RequestID}
-			if x.node.Key != "" {
-				head.authorization = x.node.authorization()[0]
-			}
-			resp, err = h1.post(ctx, head, x.body)
-		} else {
-			// One map literal with shared, read-only values: the transport only reads them.
-			header := http.Header{
-				"Content-Type": jsonContentType,
-				"Accept":       acceptBoth,
-				"X-Request-Id": {x.call.RequestID},
-			}
-			if x.node.Key != "" {
-				header["Authorization"] = x.node.authorization()
-			}
-			// The transport, not http.Client: a model server's redirect is an
-			// error, not something to follow, and the client's bookkeeping
-			// costs allocations on every request.
-			var req *http.Request
-			req, err = http.NewRequestWithContext(ctx, http.MethodPost, x.node.BaseURL+"/chat/completions", bytes.NewReader(x.body))
-			if err != nil {
-				return nil, fmt.Errorf("build upstream request: %w", err)
-			}
-			req.Header = header
-			resp, err = x.r.client.Transport.RoundTrip(req)
+		h1 := x.r.h1For(x.node)
+		if h1 == nil {
+			return nil, fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 		}
+		head := upstreamHead{requestID: x.call.RequestID, traceparent: x.traceparent}
+		if x.node.Key != "" {
+			head.authorization = x.node.authorization()[0]
+		}
+		resp, err := h1.post(ctx, head, x.body)
 		x.call.UpstreamTime = x.r.now().Sub(start)
 		if err == nil {
 			return resp, nil
@@ -415,7 +426,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			x.node.reportFailure(x.r.opts.Health, true, x.r.now())
+			x.node.reportUnreachable(x.r.opts.Health, true, x.r.now())
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
 				var rp prefixRoute
 				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node, x.retryRoute(&rp)); n != nil {
@@ -430,7 +441,7 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, &tollgate.Error{Code: tollgate.CodeBackendUnavailable, RetryAfter: 2, Err: err,
 				Message: "no backend of model " + x.model.ID + " can take the request now; retry shortly"}
 		} else {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 		}
 		return nil, err
 	}
@@ -473,7 +484,9 @@ func classHeader(c tollgate.BackendClass) []string {
 func (x *exchange) classifyStatus(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
+	} else {
+		x.upstreamOK() // a 4xx is the node answering
 	}
 	e := openai.ClassifyUpstreamError(x.node.Flavour, resp.StatusCode, body)
 	x.r.log.Warn("upstream error", "request_id", x.call.RequestID, "node", x.node.Name, "status", resp.StatusCode, "code", e.Code)
@@ -485,9 +498,11 @@ func (x *exchange) cost(u openai.Usage) (tollgate.Amount, error) {
 	return x.backend.Prices.Cost(u.PromptTokens, u.CompletionTokens)
 }
 
-func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
+func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err error) {
 	ctx, cancel := context.WithTimeout(req.Context(), x.r.opts.NonStreamTimeout)
 	defer cancel()
+	ctx = x.startBackendSpan(ctx)
+	defer func() { x.endBackendSpan(x.call.Usage, "", err) }()
 	resp, err := x.send(ctx)
 	if err != nil {
 		return x.transportError(ctx, req, err)
@@ -498,15 +513,15 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) error {
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return x.transportError(ctx, req, err)
 	}
 	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return err
 	}
-	x.node.reportSuccess()
+	x.upstreamOK()
 	u := nr.FinalUsage(x.promptEstimate)
 	cost, err := x.cost(u)
 	if err != nil {
@@ -544,7 +559,7 @@ func (x *exchange) transportError(ctx context.Context, req *http.Request, err er
 		return &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "client closed the request", Err: err}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return &tollgate.Error{Code: tollgate.CodeTimeout, Err: err,
 			Message: fmt.Sprintf("the model produced no answer within %s; the request was cancelled and not charged", x.r.opts.NonStreamTimeout)}
 	}

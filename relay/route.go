@@ -47,6 +47,7 @@ type picker struct{ rr atomic.Uint64 }
 // pr, when not nil, prefers the node holding the longest prefix (prefix.go).
 func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Node, pr *prefixRoute) (*Backend, *Node) {
 	start := int(p.rr.Add(1))
+	var now int64 // read once, and only if a node has been ejected
 	for attempt := 0; attempt < 4; attempt++ {
 		var best *Node
 		var bestB *Backend
@@ -59,7 +60,7 @@ func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Nod
 			k := len(b.Nodes)
 			for i := 0; i < k; i++ {
 				n := b.Nodes[(start+i)%k]
-				if n == exclude || !n.Healthy() {
+				if n == exclude || !n.Healthy() || n.ejectedAt(&now) {
 					continue
 				}
 				load := n.inflight.Load()
@@ -85,7 +86,7 @@ func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Nod
 	return nil, nil
 }
 
-// route picks the network when a healthy node with free capacity exists,
+// route picks the network when a healthy, not ejected node with free capacity exists,
 // else the fallback, else backend_unavailable.
 func (p *picker) route(m *Model, able []*Backend, exclude *Node, pr *prefixRoute) (*Backend, *Node, error) {
 	if b, n := p.pick(able, tollgate.ClassNetwork, exclude, pr); n != nil {

@@ -96,16 +96,17 @@ func TestCapabilityChecks(t *testing.T) {
 	}
 }
 
-func TestPassiveHealthThresholdAndBackoff(t *testing.T) {
+// Probes (and a refused connection) take a node down and bring it back.
+func TestProbeHealthThresholdAndBackoff(t *testing.T) {
 	n := &Node{Name: "a", Class: tollgate.ClassNetwork}
 	p := HealthPolicy{FailureThreshold: 3, BackoffMin: time.Second, BackoffMax: 4 * time.Second}
 	now := time.Unix(1000, 0)
-	n.reportFailure(p, false, now)
-	n.reportFailure(p, false, now)
+	n.reportUnreachable(p, false, now)
+	n.reportUnreachable(p, false, now)
 	if !n.Healthy() {
 		t.Fatal("down before the threshold")
 	}
-	n.reportFailure(p, false, now)
+	n.reportUnreachable(p, false, now)
 	if n.Healthy() || n.probeDue(now) || !n.probeDue(now.Add(time.Second)) {
 		t.Fatal("threshold: want down with a 1s backoff")
 	}
@@ -119,11 +120,11 @@ func TestPassiveHealthThresholdAndBackoff(t *testing.T) {
 	if n.probeDue(now.Add(3*time.Second)) || !n.probeDue(now.Add(4*time.Second)) {
 		t.Fatal("backoff not capped at 4s")
 	}
-	n.reportSuccess()
+	n.reportReachable()
 	if !n.Healthy() {
 		t.Fatal("success did not bring the node back")
 	}
-	n.reportFailure(p, true, now)
+	n.reportUnreachable(p, true, now)
 	if n.Healthy() {
 		t.Fatal("an immediate failure (connection refused) must take the node down at once")
 	}

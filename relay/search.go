@@ -9,6 +9,9 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/search"
@@ -107,7 +110,7 @@ type toolCall struct {
 // acquired by the caller's route; it is released here).
 func (r *Relay) serveSearch(w http.ResponseWriter, req *http.Request, call *Call, cr *openai.ChatRequest, m *Model, b *Backend, node *Node) error {
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node,
-		promptEstimate: promptEstimate(cr, m)}
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context()}
 	defer func() { x.node.release() }()
 
 	opts, err := search.ParseOptions(cr.WebSearch)
@@ -140,10 +143,12 @@ func (r *Relay) serveSearch(w http.ResponseWriter, req *http.Request, call *Call
 		if err != nil {
 			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr), "the request's cost bound is out of range")
 		}
+		_, hs := r.span(req.Context(), "hold", trace.SpanKindInternal)
 		x.holdID, err = r.biller.Hold(req.Context(), tollgate.HoldRequest{
 			RequestID: call.RequestID, AccountID: call.Account.ID, KeyID: call.Key.ID, Model: m.ID,
 			Class: b.Class, Amount: amount, TokenBound: tokens, Time: r.now(),
 		})
+		endSpan(hs, err)
 		if err != nil {
 			return err
 		}
@@ -384,7 +389,13 @@ func (sr *searchRequest) runSearches(ctx context.Context, t *turn) error {
 		wg.Add(1)
 		go func(o *outcome) {
 			defer wg.Done()
-			res, err := sr.x.r.search.Search(ctx, search.Query{Text: o.query, Size: sr.opts.Size, Location: sr.opts.Location})
+			sctx, span := sr.x.r.span(ctx, "web_search", trace.SpanKindClient,
+				attribute.String("tollgate.search.context_size", string(sr.opts.Size)))
+			res, err := sr.x.r.search.Search(sctx, search.Query{Text: o.query, Size: sr.opts.Size, Location: sr.opts.Location})
+			if span != nil {
+				span.SetAttributes(attribute.Int("tollgate.search.results", len(res)))
+			}
+			endSpan(span, err)
 			if err != nil {
 				o.err = err
 				cancel()
@@ -516,6 +527,7 @@ func (sr *searchRequest) settle() (openai.Usage, tollgate.Amount, error) {
 		return u, 0, fmt.Errorf("price request: %w", err)
 	}
 	sr.x.searches = sr.searches
+	sr.x.call.Searches = sr.searches
 	cost = sr.x.settle(u, cost)
 	sr.x.call.Usage, sr.x.call.Cost = u, cost
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {

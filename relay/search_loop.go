@@ -148,8 +148,16 @@ func (sr *searchRequest) failNonStream(ctx context.Context, req *http.Request, e
 }
 
 // callOnce makes one non-streamed backend call.
-func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offered bool) (*turn, error) {
+func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offered bool) (t *turn, err error) {
 	x := sr.x
+	ctx = x.startBackendSpan(ctx)
+	defer func() {
+		if t != nil {
+			x.endBackendSpan(t.usage, t.finish, err)
+		} else {
+			x.endBackendSpan(openai.Usage{}, "", err)
+		}
+	}()
 	resp, err := x.send(ctx)
 	if err != nil {
 		return nil, x.transportError(ctx, req, err)
@@ -160,16 +168,16 @@ func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offere
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return nil, x.transportError(ctx, req, err)
 	}
 	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
 	if err != nil {
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return nil, err
 	}
-	x.node.reportSuccess()
-	t := &turn{usage: nr.FinalUsage(sr.promptEstimate()).Normalize()}
+	x.upstreamOK()
+	t = &turn{usage: nr.FinalUsage(sr.promptEstimate()).Normalize()}
 	var choices []map[string]json.RawMessage
 	if json.Unmarshal(nr.AppendJSON(nil, t.usage, nil), &t.resp) != nil ||
 		json.Unmarshal(t.resp["choices"], &choices) != nil || len(choices) == 0 {
@@ -248,8 +256,17 @@ func (ss *searchStream) delta(member, text string) bool {
 	q, _ := json.Marshal(text)
 	d = append(d, q...)
 	d = append(d, '}')
+	first := !ss.forwarded
 	ss.forwarded = true
-	return ss.chunk(d, "")
+	ok := ss.chunk(d, "")
+	if first && ok {
+		// The first token leaves at once, not with what arrived with it:
+		// time to first token is what a streaming client waits on.
+		ss.s.flush()
+		ss.sr.x.call.FirstToken = ss.sr.x.r.now()
+		ss.sr.x.firstTokenEvent()
+	}
+	return ok
 }
 
 func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error {
@@ -365,6 +382,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 		if !errors.As(failure, &te) {
 			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
 		}
+		x.call.ErrorCode = te.Code
 		data(openai.ErrorEvent(te))
 	} else {
 		out = append(out, openai.DoneEvent...)
@@ -427,14 +445,22 @@ func clientCallsDelta(calls []toolCall, withRole bool) []byte {
 // to the client as they come; tool calls are gathered until the call ends.
 // On a failure the returned turn still carries the usage of what was
 // delivered.
-func (ss *searchStream) call(ctx context.Context, req *http.Request, offered bool) (*turn, error) {
+func (ss *searchStream) call(ctx context.Context, req *http.Request, offered bool) (t *turn, err error) {
 	sr, s := ss.sr, ss.s
 	x := sr.x
+	ctx = x.startBackendSpan(ctx)
+	defer func() {
+		if t != nil {
+			x.endBackendSpan(t.usage, t.finish, err)
+		} else {
+			x.endBackendSpan(openai.Usage{}, "", err)
+		}
+	}()
 	resp, err := x.send(ctx)
 	if err != nil {
 		cause := context.Cause(ctx)
 		if errors.Is(cause, errStreamIdle) || errors.Is(cause, errStreamTotal) {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 			return nil, cause
 		}
 		return nil, x.transportError(ctx, req, err)
@@ -445,14 +471,14 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	}
 	if !isEventStream(resp.Header.Get("Content-Type")) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 		return nil, openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 	}
 	er := openai.NewEventReader(resp.Body)
 	er.OnWait = s.flush
 	var norm openai.StreamNormalizer
 	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
-	t := &turn{}
+	t = &turn{}
 	calls := map[int]*toolCall{}
 	var failure, readErr error
 	done, started := false, false
@@ -539,9 +565,9 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	}
 	switch {
 	case served:
-		x.node.reportSuccess()
+		x.upstreamOK()
 	case failure != nil && !clientGone:
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 	}
 	u, reported := norm.Usage()
 	switch {

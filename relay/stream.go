@@ -67,14 +67,14 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
 	var failure, readErr error
 	done := false
-	resp, err := x.send(ctx)
+	resp, err := x.send(x.startBackendSpan(ctx))
 	switch {
 	case err != nil && (errors.Is(context.Cause(ctx), errStreamIdle) || errors.Is(context.Cause(ctx), errStreamTotal)):
 		// Our own idle or total cap ended the wait for the headers: mapped
 		// below. A node that takes a request and never answers it is failing
 		// (passive health counts timeouts, as for non-streamed requests).
 		readErr = err
-		x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+		x.upstreamFailed()
 	case err != nil:
 		failure = x.transportError(ctx, req, err)
 	case resp.StatusCode/100 != 2:
@@ -85,7 +85,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		if !isEventStream(resp.Header.Get("Content-Type")) {
 			// A server that answers a stream with one JSON body is reporting an error.
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 			failure = openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 			break
 		}
@@ -93,13 +93,23 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		er.Reset(resp.Body)
 		sb.cur, er.OnWait = s, sb.flushCur
 		firstToken := false
+		// What the stream has delivered goes to the charge journal at its
+		// first token and then every streamProgressEvery, so that a crash
+		// of this process does not leave it unpaid (docs/billing.md,
+		// "Streams cut by a crash").
+		pr, _ := x.r.biller.(progressRecorder)
+		if x.holdID == "" {
+			pr = nil
+		}
+		var nextProgress int64
 		for {
 			ev, err := er.Next()
 			if err != nil {
 				readErr = err
 				break
 			}
-			s.lastUpstream.Store(x.r.now().UnixNano())
+			now := x.r.now().UnixNano()
+			s.lastUpstream.Store(now)
 			out, err := norm.Event(ev)
 			if errors.Is(err, openai.ErrDone) {
 				done = true
@@ -120,7 +130,13 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 				// a burst that arrived with them: time to first token is
 				// what a streaming client waits on.
 				firstToken = true
+				x.call.FirstToken = x.r.now()
+				x.firstTokenEvent()
 				s.flush()
+			}
+			if pr != nil && now >= nextProgress && norm.DeliveredBytes() > 0 {
+				nextProgress = now + int64(streamProgressEvery)
+				x.recordProgress(pr, norm)
 			}
 		}
 	}
@@ -147,9 +163,9 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	}
 	if resp != nil && resp.StatusCode/100 == 2 {
 		if failure != nil && !clientGone {
-			x.node.reportFailure(x.r.opts.Health, false, x.r.now())
+			x.upstreamFailed()
 		} else if served {
-			x.node.reportSuccess()
+			x.upstreamOK()
 		}
 	}
 
@@ -164,6 +180,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		}
 	}
 	u = u.Normalize()
+	x.endBackendSpan(u, "", failure)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,6 +216,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		if !errors.As(failure, &te) {
 			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
 		}
+		x.call.ErrorCode = te.Code
 		s.buf = openai.AppendData(s.buf, openai.ErrorEvent(te))
 	} else {
 		s.buf = append(s.buf, openai.DoneEvent...)
@@ -212,6 +230,34 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// write where a flush here made two.
 	_, _ = s.w.Write(s.buf)
 	return nil
+}
+
+// progressRecorder is what a Biller with a charge journal offers
+// (billing.Biller.Progress): a running request's charge so far, charged by
+// the next instance if this process dies before the request settles.
+type progressRecorder interface {
+	Progress(holdID string, c tollgate.Charge) bool
+}
+
+// streamProgressEvery is how often a stream's charge so far is recorded:
+// the bound on what a crash of the process leaves unpaid of a stream is
+// what it delivered in this time, plus the gap to the backend's next chunk.
+const streamProgressEvery = time.Second
+
+// recordProgress records the stream's charge so far: the backend's usage if
+// it sent one already, else the prompt estimate and the completion tokens
+// counted from what was delivered (estimated).
+func (x *exchange) recordProgress(pr progressRecorder, norm *openai.StreamNormalizer) {
+	u := norm.FinalUsage(x.promptEstimate)
+	cost, err := x.cost(u)
+	if err != nil {
+		return
+	}
+	pr.Progress(x.holdID, tollgate.Charge{
+		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
+		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
+	})
 }
 
 // streamBufs are the buffers a stream grows (the event reader's and the

@@ -3,7 +3,10 @@ package relay
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,17 +18,20 @@ import (
 	"time"
 )
 
-// h1Pool is a synchronous HTTP/1.1 client for plain-http model servers:
+// h1Pool is the relay's HTTP/1.1 client, for every node, http and https:
 // the request's own goroutine writes the request and reads the answer on a
 // pooled keep-alive connection, where net/http's transport hands each
 // exchange to two goroutines of its own. That hand-off is a large part of
-// what a hop costs on loopback. Answers are parsed by readResponse
-// (response.go), a lean reader that keeps only what the gateway uses.
-// https upstreams keep net/http (TLS, HTTP/2).
+// what a hop costs on loopback (docs/performance.md, "The HTTP server and
+// the upstream client": net/http's Transport cost 26-33% more CPU a
+// request). Answers are parsed by readResponse (response.go), a lean reader
+// that keeps only what the gateway uses. An https node gets TLS (ALPN
+// http/1.1: no HTTP/2 upstream).
 type h1Pool struct {
-	host    string // host:port to dial
-	hostHdr string // Host header
-	path    string // request path, e.g. /v1/chat/completions
+	host    string      // host:port to dial
+	hostHdr string      // Host header
+	path    string      // request path, e.g. /v1/chat/completions
+	tls     *tls.Config // nil: plain http
 	dialer  *net.Dialer
 	maxIdle int
 
@@ -51,6 +57,7 @@ type h1Conn struct {
 type upstreamHead struct {
 	requestID     string // X-Request-Id
 	authorization string // the whole Authorization value; "" sends none
+	traceparent   string // W3C trace context of the backend call's span; "" sends none
 }
 
 // maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
@@ -58,16 +65,31 @@ type upstreamHead struct {
 // out a connection the server is closing (get checks each one anyway).
 const maxIdleTime = 4 * time.Second
 
+// upstreamRootCAs are the roots an https node's certificate must chain to;
+// nil: the system's. (Tests set their own.)
+var upstreamRootCAs *x509.CertPool
+
 func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "80")
+	p := &h1Pool{hostHdr: u.Host, path: u.RequestURI(), dialer: dialer, maxIdle: 1024}
+	port := "80"
+	switch u.Scheme {
+	case "http":
+	case "https":
+		port = "443"
+		p.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, RootCAs: upstreamRootCAs,
+			MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+	default:
+		return nil, fmt.Errorf("node URL %q: want http or https", rawURL)
 	}
-	return &h1Pool{host: host, hostHdr: u.Host, path: u.RequestURI(), dialer: dialer, maxIdle: 1024}, nil
+	p.host = u.Host
+	if u.Port() == "" {
+		p.host = net.JoinHostPort(u.Hostname(), port)
+	}
+	return p, nil
 }
 
 // get returns the most recently used pooled connection that is still open
@@ -109,7 +131,24 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 		return nil, err
 	}
 	p.dials.Add(1)
-	return &h1Conn{c: nc, fd: socketFD(nc), br: bufio.NewReaderSize(nc, 16<<10)}, nil
+	// alive reads the TCP socket itself, under TLS too: a pooled TLS
+	// connection has nothing to read either (bytes there, a close_notify
+	// say, mean it cannot take a request).
+	c := &h1Conn{c: nc, fd: socketFD(nc)}
+	if p.tls != nil {
+		tc := tls.Client(nc, p.tls)
+		if p.dialer.Timeout > 0 {
+			_ = nc.SetDeadline(time.Now().Add(p.dialer.Timeout))
+		}
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		_ = nc.SetDeadline(time.Time{})
+		c.c = tc
+	}
+	c.br = bufio.NewReaderSize(c.c, 16<<10)
+	return c, nil
 }
 
 func (p *h1Pool) put(c *h1Conn) {
@@ -200,6 +239,10 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 	if header.requestID != "" {
 		head = append(head, "\r\nX-Request-Id: "...)
 		head = append(head, header.requestID...)
+	}
+	if header.traceparent != "" {
+		head = append(head, "\r\nTraceparent: "...)
+		head = append(head, header.traceparent...)
 	}
 	if header.authorization != "" {
 		head = append(head, "\r\nAuthorization: "...)

@@ -3,11 +3,13 @@ package relay
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -313,5 +315,56 @@ func TestH1PoolDoesNotRetryAfterPartOfAnAnswer(t *testing.T) {
 	}
 	if conns.Load() != 1 {
 		t.Errorf("%d connections: the request was sent again after part of an answer", conns.Load())
+	}
+}
+
+// An https node is served by the same client over TLS: answers arrive, the
+// connection is reused, and one the server closed while pooled is replaced
+// before anything is written to it.
+func TestH1PoolTLS(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"echo":%s,"id":%q,"proto":%q}`, b, r.Header.Get("X-Request-Id"), r.Proto)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.EnableHTTP2 = true // offered; the client asks for http/1.1
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	upstreamRootCAs = pool
+	defer func() { upstreamRootCAs = nil }()
+
+	p, err := newH1Pool(srv.URL+"/v1/chat/completions", &net.Dialer{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		id := "r" + strconv.Itoa(i)
+		if got := post(t, p, id); got != `{"echo":{"n":1},"id":"`+id+`","proto":"HTTP/1.1"}` {
+			t.Fatalf("answer %q", got)
+		}
+	}
+	if conns.Load() != 1 {
+		t.Fatalf("%d TLS connections for 3 sequential requests, want 1", conns.Load())
+	}
+	srv.CloseClientConnections()
+	time.Sleep(20 * time.Millisecond) // let the close arrive
+	post(t, p, "after-close")
+	if conns.Load() != 2 || p.dials.Load() != 2 {
+		t.Fatalf("%d connections, %d dials after the server closed the pooled one, want 2", conns.Load(), p.dials.Load())
+	}
+
+	// A certificate that does not chain to the roots is refused.
+	upstreamRootCAs = x509.NewCertPool()
+	p2, _ := newH1Pool(srv.URL+"/v1/chat/completions", &net.Dialer{Timeout: 5 * time.Second})
+	if _, err := p2.post(context.Background(), upstreamHead{}, []byte("{}")); err == nil {
+		t.Fatal("an untrusted certificate was accepted")
 	}
 }

@@ -17,7 +17,7 @@ import (
 // BenchmarkAccessLogLine is what one access log line costs the request's
 // goroutine: formatting a served chat request's line as JSON and writing it
 // to a file, as `tollgate serve` logs at level info. Since session 8 the
-// server does this after the response is sent (httpd.AfterSend).
+// middleware does this after it has flushed the whole response (server/middleware.go).
 //
 //	go test -run '^$' -bench AccessLogLine -benchmem ./server/
 func BenchmarkAccessLogLine(b *testing.B) {
@@ -34,6 +34,6 @@ func BenchmarkAccessLogLine(b *testing.B) {
 		Model: "bench", Backend: tollgate.ClassNetwork, Node: "sim", Usage: openai.Usage{PromptTokens: 25, CompletionTokens: 16},
 		Cost: 8_900_000, Outcome: "served"}
 	for b.Loop() {
-		s.logRequest(r, sw, &sw.ri, 372*time.Microsecond)
+		s.logRequest(r, sw, &sw.ri, time.Now(), 372*time.Microsecond)
 	}
 }

@@ -2,9 +2,15 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/relay"
@@ -13,7 +19,17 @@ import (
 // chat is POST /v1/chat/completions: authenticate, check the body's type and
 // size, then hand over to the relay.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+	var authSpan trace.Span
+	if s.Tracer != nil {
+		_, authSpan = s.Tracer.Start(r.Context(), "auth")
+	}
 	key, acct, err := s.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"), s.Now())
+	if authSpan != nil {
+		if err != nil {
+			authSpan.SetStatus(codes.Error, string(tollgate.ErrorCode(err)))
+		}
+		authSpan.End()
+	}
 	if err != nil {
 		return err
 	}
@@ -34,8 +50,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		}
 	}()
 	buf.Reset()
-	if err := readBody(buf, r); err != nil {
+	err = readBody(buf, r)
+	if ri != nil && ri.bodyDeadline {
+		// The body is in (or failed): from here on the connection is read
+		// only to see the client go away.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		ri.bodyDeadline = false
+	}
+	if err != nil {
+		// What is left of the body is not worth waiting for (net/http
+		// would read up to 256 KiB of it before answering).
+		w.Header().Set("Connection", "close")
 		return err
+	}
+	if ri != nil {
+		ri.bodyRead = true
 	}
 	call.Body = buf.Bytes()
 	return s.serveChat(w, r, call)
@@ -66,6 +95,10 @@ func readBody(buf *bytes.Buffer, r *http.Request) error {
 		buf.Grow(int(r.ContentLength))
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &tollgate.Error{Code: tollgate.CodeRequestTimeout, Err: err,
+			Message: "the request body did not arrive in time (timeouts.request_body); send it whole, without pauses"}
+	}
 	if err != nil {
 		return &tollgate.Error{Code: tollgate.CodeInvalidRequest, Message: "could not read the request body", Err: err}
 	}

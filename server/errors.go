@@ -14,7 +14,7 @@ import (
 func statusOf(c tollgate.Code) int {
 	switch c {
 	case tollgate.CodeInvalidJSON, tollgate.CodeInvalidRequest, tollgate.CodeCapabilityNotSupported,
-		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeInvalidIdempotencyKey,
+		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeParameterNotSupported, tollgate.CodeInvalidIdempotencyKey,
 		tollgate.CodeContextLengthExceeded:
 		return http.StatusBadRequest
 	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,
@@ -36,6 +36,8 @@ func statusOf(c tollgate.Code) int {
 		return http.StatusUnsupportedMediaType
 	case tollgate.CodeIdempotencyKeyReused:
 		return http.StatusUnprocessableEntity
+	case tollgate.CodeIdempotencyResponseLost:
+		return http.StatusGone
 	case tollgate.CodeRateLimitExceeded:
 		return http.StatusTooManyRequests
 	case tollgate.CodeUpstreamError, tollgate.CodeSearchUnavailable:
@@ -44,6 +46,8 @@ func statusOf(c tollgate.Code) int {
 		return http.StatusServiceUnavailable
 	case tollgate.CodeTimeout:
 		return http.StatusGatewayTimeout
+	case tollgate.CodeRequestTimeout:
+		return http.StatusRequestTimeout
 	}
 	return http.StatusInternalServerError
 }
@@ -60,14 +64,18 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
 	}
 	status := statusOf(e.Code)
+	if ri := infoFrom(w); ri != nil {
+		ri.code = e.Code
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	switch e.Code {
-	case tollgate.CodeInsufficientBalance, tollgate.CodeKeyLimitReached:
-		// A retry can only fail the same way until the account changes.
+	case tollgate.CodeInsufficientBalance, tollgate.CodeKeyLimitReached, tollgate.CodeIdempotencyResponseLost:
+		// A retry can only fail the same way until the account changes
+		// (or, for a lost answer, ever under this key).
 		h.Set("X-Should-Retry", "false")
 	}
 	body := openai.ErrorEvent(e)
@@ -78,7 +86,7 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 
 // HTTPErrorBody renders the HTTP server's own answers to requests it could
 // not read (a malformed request line or header, headers too large, an
-// unsupported Transfer-Encoding; httpd.Server.ErrorBody) in the protocol's
+// unsupported Transfer-Encoding; EnvelopeListener) in the protocol's
 // error envelope, so that every answer of the service has an error.code.
 func HTTPErrorBody(status int, message string) (contentType string, body []byte) {
 	code := tollgate.CodeInvalidRequest

@@ -5,15 +5,20 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -43,6 +48,20 @@ type Server struct {
 	Now    func() time.Time
 	// Idempotency runs requests with an Idempotency-Key; nil: the header is ignored.
 	Idempotency *idempotency.Keeper
+	// Metrics records every chat request; nil: no metrics.
+	Metrics *metrics.Metrics
+	// Version is reported by /healthz.
+	Version string
+	// Tracer makes a span per chat request (and the auth span); nil: no tracing.
+	Tracer trace.Tracer
+
+	draining atomic.Bool
+	// BodyTimeout bounds the time to receive a request body, from the
+	// end of its headers (timeouts.request_body); 0: no bound.
+	BodyTimeout time.Duration
+	// APIExtra are handlers mounted on the API listener beside the protocol
+	// endpoints, by path prefix (the console's /console/).
+	APIExtra map[string]http.Handler
 
 	pricing pricingCache
 	ids     *requestIDs
@@ -84,7 +103,13 @@ var adminRoutes = []route{
 }
 
 // APIHandler serves the protocol endpoints and /pricing.
-func (s *Server) APIHandler() http.Handler { return s.handler(apiRoutes) }
+func (s *Server) APIHandler() http.Handler {
+	t := s.mux(apiRoutes)
+	for p, h := range s.APIExtra {
+		t.Handle(p, h)
+	}
+	return s.middleware(t)
+}
 
 // PublicHandler serves /pricing alone (the public listener).
 func (s *Server) PublicHandler() http.Handler { return s.handler(publicRoutes) }
@@ -205,21 +230,48 @@ func allowed(methods, m string) bool {
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	b, _ := json.Marshal(struct {
+		Status  string `json:"status"`
+		Version string `json:"version,omitempty"`
+	}{"ok", s.Version})
+	_, _ = w.Write(append(b, '\n'))
 	return nil
 }
 
+// SetDraining makes /readyz answer 503 from now on: shutdown has begun, the
+// load balancer should send no more requests.
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// readyz is 200 when the instance can serve, else 503 with the reason: the
+// shutdown has begun, the store does not answer, or a model has no node in
+// rotation.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
-	if s.Ready != nil {
+	reason := ""
+	switch {
+	case s.draining.Load():
+		reason = "shutting down"
+	case s.Ready != nil:
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.Ready(ctx); err != nil {
-			s.Log.Warn("not ready", "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"unavailable"}` + "\n"))
-			return nil
+			s.Log.Warn("not ready: the store does not answer", "err", err)
+			reason = "the store does not answer"
 		}
 	}
-	return s.healthz(w, r)
+	if reason == "" && s.Relay != nil {
+		if models := s.Relay.Unservable(); len(models) > 0 {
+			reason = "no node in rotation for model " + strings.Join(models, ", ")
+		}
+	}
+	if reason == "" {
+		return s.healthz(w, r)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	b, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		Reason string `json:"reason"`
+	}{"unavailable", reason})
+	_, _ = w.Write(append(b, '\n'))
+	return nil
 }

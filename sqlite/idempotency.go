@@ -20,7 +20,10 @@ import (
 
 // BeginIdempotency claims c's key, or reports who holds or held it. A row
 // whose expires has passed (a lease nobody renewed, a memory past its TTL)
-// is taken over.
+// is taken over, except an in-flight row whose owner was charged (its
+// charge is in the ledger under the owner's request id): its instance died
+// between the charge and the stored answer, and the key is kept as lost
+// until c.LostExpires instead (IdempotencyLost), in the same transaction.
 //
 // A live row is first looked up on a reader connection: a duplicate (409,
 // 422 or a replay) then never queues for the writer. Its answer can only be
@@ -44,7 +47,8 @@ func (db *DB) BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim)
 			 ON CONFLICT (scope, key) DO UPDATE SET
 			   fingerprint = excluded.fingerprint, owner = excluded.owner, created = excluded.created,
 			   expires = excluded.expires, status = 0, header = '', body = NULL
-			 WHERE idempotency_keys.expires <= ?
+			 WHERE idempotency_keys.expires <= ?7 AND NOT (idempotency_keys.status = 0 AND EXISTS
+			   (SELECT 1 FROM ledger WHERE ledger.id = idempotency_keys.owner AND ledger.kind = 'charge'))
 			 RETURNING owner`,
 			c.Scope, c.Key, c.Fingerprint, c.Owner, toMicros(c.Now), toMicros(c.Expires), toMicros(c.Now)).Scan(&owner)
 		if err == nil {
@@ -54,7 +58,12 @@ func (db *DB) BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim)
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		// The key became live since the look-up: read it in this transaction.
+		// The key became live since the look-up, or its holder was charged
+		// and died before storing the answer: keep that as lost, then read
+		// the row in this transaction.
+		if _, err := tx.Exec(lostSQL, toMicros(c.LostExpires), c.Scope, c.Key, toMicros(c.Now)); err != nil {
+			return err
+		}
 		res, _, err = scanIdemRow(c, tx.QueryRow(
 			`SELECT fingerprint, owner, created, status, header, body FROM idempotency_keys WHERE scope = ? AND key = ?`,
 			c.Scope, c.Key))
@@ -88,6 +97,8 @@ func scanIdemRow(c tollgate.IdempotencyClaim, row *sql.Row) (res tollgate.Idempo
 		res.Owner = ""
 	case status == 0:
 		res.State = tollgate.IdempotencyInFlight
+	case status == tollgate.IdempotencyStatusLost:
+		res.State = tollgate.IdempotencyLost
 	default:
 		res.State = tollgate.IdempotencyDone
 		if body == nil {
@@ -235,14 +246,31 @@ func (db *DB) commitGroup(group []*idemOp) {
 // never held for long.
 const purgeBatch = 1000
 
+// lostSQL keeps the in-flight row of key (?2, ?3) whose lease ended
+// before ?4 and whose owner was charged as lost until ?1.
+const lostSQL = `UPDATE idempotency_keys SET status = -1, header = '', body = NULL, expires = ?1
+	WHERE scope = ?2 AND key = ?3 AND status = 0 AND expires <= ?4
+	AND EXISTS (SELECT 1 FROM ledger WHERE ledger.id = idempotency_keys.owner AND ledger.kind = 'charge')`
+
 // PurgeIdempotency deletes the rows whose expires is before before
-// (forgotten responses, leases of dead instances) and returns how many.
-func (db *DB) PurgeIdempotency(ctx context.Context, before time.Time) (int64, error) {
+// (forgotten responses, leases of dead instances) and returns how many. An
+// in-flight row whose owner was charged is not deleted but kept as lost
+// until lostExpires (BeginIdempotency): deleting it would let the key run,
+// and be charged, again.
+func (db *DB) PurgeIdempotency(ctx context.Context, before, lostExpires time.Time) (int64, error) {
+	if _, err := db.execDurable(ctx, `UPDATE idempotency_keys SET status = -1, header = '', body = NULL, expires = ?
+		WHERE status = 0 AND expires < ?
+		AND EXISTS (SELECT 1 FROM ledger WHERE ledger.id = idempotency_keys.owner AND ledger.kind = 'charge')`,
+		toMicros(lostExpires), toMicros(before)); err != nil {
+		return 0, fmt.Errorf("sqlite: purge idempotency: %w", err)
+	}
 	var total int64
 	for {
 		res, err := db.execDurable(ctx,
 			`DELETE FROM idempotency_keys WHERE rowid IN
-			   (SELECT rowid FROM idempotency_keys WHERE expires < ? LIMIT ?)`, toMicros(before), purgeBatch)
+			   (SELECT rowid FROM idempotency_keys WHERE expires < ?
+			    AND NOT (status = 0 AND EXISTS (SELECT 1 FROM ledger WHERE ledger.id = idempotency_keys.owner AND ledger.kind = 'charge'))
+			    LIMIT ?)`, toMicros(before), purgeBatch)
 		if err != nil {
 			return total, fmt.Errorf("sqlite: purge idempotency: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"text/tabwriter"
 	"time"
 
@@ -22,6 +23,7 @@ func (c *accountsCmd) Run(ctx context.Context, args []string) error {
 		{"show", "show one account and its keys", &accountsShowCmd{stdout: c.stdout, stderr: c.stderr}},
 		{"disable", "refuse every key of an account (403 account_disabled)", &accountsSetDisabledCmd{stdout: c.stdout, stderr: c.stderr, disabled: true}},
 		{"enable", "accept the account's keys again", &accountsSetDisabledCmd{stdout: c.stdout, stderr: c.stderr}},
+		{"invite", "issue a one-time link where the holder sets a console password", &accountsInviteCmd{stdout: c.stdout, stderr: c.stderr}},
 		{"credit", "add to an account's balance (ledger entry)", &accountsPostCmd{stdout: c.stdout, stderr: c.stderr, kind: tollgate.LedgerCredit}},
 		{"debit", "take from an account's balance (ledger entry)", &accountsPostCmd{stdout: c.stdout, stderr: c.stderr, kind: tollgate.LedgerDebit}},
 	}, args, c.stderr)
@@ -215,4 +217,55 @@ func (c *accountsSetDisabledCmd) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "account %s %sd\n", pos[0], verb)
 	return nil
+}
+
+// accountsInviteCmd is `tollgate accounts invite ID`.
+type accountsInviteCmd struct {
+	storeCommand
+	stdout, stderr io.Writer
+}
+
+func (c *accountsInviteCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("accounts invite", `accounts invite ACCOUNT_ID [--config FILE]
+
+Issues a one-time invitation and prints its link on the api listener: the
+account holder opens it, sets a console password (which replaces any earlier
+one) and signs in at /console/ with the account id. The link works once and
+expires after 72 hours.`, c.stderr)
+	c.registerConfigFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, "one ACCOUNT_ID"); err != nil {
+		return err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cs, ok := st.(tollgate.ConsoleStore)
+	if !ok {
+		return fmt.Errorf("this store keeps no console invitations")
+	}
+	token, expires, err := tollgate.IssueInvite(ctx, cs, pos[0], time.Now())
+	if err != nil {
+		return notFound("account", pos[0], err)
+	}
+	fmt.Fprintf(c.stdout, "%s%s\n(one use, expires %s)\n", consoleBase(c.cfg.Listen.API), tollgate.InvitePath(token), expires.Format(time.RFC3339))
+	return nil
+}
+
+// consoleBase is the api listener's address as a URL for links printed by
+// the CLI: a wildcard host becomes localhost.
+func consoleBase(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

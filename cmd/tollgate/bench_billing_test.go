@@ -274,22 +274,6 @@ func meanSince(a, b *metrics.Float64Histogram) time.Duration {
 	return time.Duration(sum / n * float64(time.Second))
 }
 
-// median is the median of f over xs (the mean of the middle two for an even count).
-func median[T any](xs []T, f func(T) float64) float64 {
-	vs := make([]float64, len(xs))
-	for i, x := range xs {
-		vs[i] = f(x)
-	}
-	slices.Sort(vs)
-	if len(vs) == 0 {
-		return 0
-	}
-	if len(vs)%2 == 1 {
-		return vs[len(vs)/2]
-	}
-	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
-}
-
 // billBench is one mode's running service and its closed-loop client.
 type billBench struct {
 	mode   string

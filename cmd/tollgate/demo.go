@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -49,6 +51,8 @@ const demoConfig = `# tollgate demo config: written by 'tollgate demo' at every 
 # the database beside it and are kept across runs.
 listen:
   api: {{api}}
+  admin: {{admin}}                 # /healthz, /readyz, /metrics, the admin API (loopback only)
+admin_token_env: TOLLGATE_DEMO_ADMIN_TOKEN
 store:
   sqlite: tollgate.db
 health:
@@ -155,6 +159,12 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	defer searx.Close()
 	urls["searxng"] = searx.URL()
 	urls["api"] = *listen
+	urls["admin"] = "127.0.0.1:0"
+	adminToken, err := ensureDemoAdminToken(*dir)
+	if err != nil {
+		return err
+	}
+	os.Setenv("TOLLGATE_DEMO_ADMIN_TOKEN", adminToken)
 	if ln, err := net.Listen("tcp", *listen); err != nil {
 		urls["api"] = "127.0.0.1:0"
 	} else {
@@ -181,7 +191,18 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 		m.Close(context.Background())
 		return err
 	}
+	k, _, err := m.Store.KeyByHash(ctx, tollgate.HashKey(secret))
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	invite, err := demoInvite(ctx, m.Store, k.AccountID)
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
 	base := m.APIURL()
+	site := strings.TrimSuffix(base, "/v1")
 	fmt.Fprintf(c.stdout, `tollgate demo is running (config and database in %s/).
 
   export OPENAI_BASE_URL=%s
@@ -198,8 +219,16 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
   curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
   curl -s %s/pricing                       # public rates
 
+The console (balance, keys, activity, prices) is at %s/console/
+  account: %s
+  set its password once at %s%s
+  (the link works once; later runs print a new one)
+
+  Operators: http://%s/metrics  /healthz  /readyz  /console/
+  (admin API, operator console and /debug/pprof/: Authorization: Bearer %s)
+
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, strings.TrimSuffix(base, "/v1"), cfgPath)
+`, *dir, base, secret, site, site, k.AccountID, site, invite, m.Addr("admin"), adminToken, cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 
@@ -246,4 +275,36 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 		return "", err
 	}
 	return secret, nil
+}
+
+// ensureDemoAdminToken returns the demo's admin token, made on the first run
+// and kept in DIR/admin-token (mode 0600).
+func ensureDemoAdminToken(dir string) (string, error) {
+	path := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// demoInvite issues a console invitation for the demo account and returns
+// its path.
+func demoInvite(ctx context.Context, st tollgate.Store, accountID string) (string, error) {
+	cs, ok := st.(tollgate.ConsoleStore)
+	if !ok {
+		return "", fmt.Errorf("the demo's store keeps no console invitations")
+	}
+	token, _, err := tollgate.IssueInvite(ctx, cs, accountID, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("invite the demo account to the console: %w", err)
+	}
+	return tollgate.InvitePath(token), nil
 }

@@ -205,7 +205,7 @@ func TestRequestErrors(t *testing.T) {
 		{"image on chat", `{"model":"tg-chat","messages":[{"role":"user","content":[{"type":"text","text":"what is it"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[1]"},
 		{"pdf on chat", `{"model":"tg-chat","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0="}}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[0]"},
 		{"input_file on mini", `{"model":"tg-mini","messages":[{"role":"user","content":[{"type":"input_file","file_data":"data:application/pdf;base64,JVBERi0="}]}]}`, nil, 400, "capability_not_supported", "messages[0].content[0]"},
-		{"web search", `{"model":"tg-chat",` + hiMessages + `,"web_search_options":{}}`, nil, 400, "capability_not_supported", "web_search_options"},
+		{"web search on a model without tools", `{"model":"tg-mini",` + hiMessages + `,"web_search_options":{}}`, nil, 400, "capability_not_supported", "web_search_options"},
 		{"pdf + reasoning on coder", `{"model":"tg-coder","reasoning_effort":"high","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERi0="}}]}]}`, nil, 400, "capability_combination_unsupported", ""},
 	}
 	// Any spelling of application/json with parameters is JSON.
@@ -456,16 +456,23 @@ func TestStreamKeepAliveGaps(t *testing.T) {
 	}
 }
 
-// Shutting down stops every listener from accepting at once: the admin
-// listener does not go on taking connections while a stream on the API
-// listener finishes (which it does, within the deadline).
-func TestShutdownStopsEveryListenerAtOnce(t *testing.T) {
+// Shutting down: /readyz turns 503 "shutting down" at once, the api
+// listener stops accepting while its running stream finishes, and the admin
+// listener answers until the drain is over, then stops too.
+func TestShutdownDrainsBehindReadiness(t *testing.T) {
 	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n"})
-	admin := h.main.Addr("admin")
-	if c, err := net.Dial("tcp", admin); err != nil {
-		t.Fatalf("admin listener before the shutdown: %v", err)
-	} else {
-		c.Close()
+	admin, api := h.main.Addr("admin"), h.main.Addr("api")
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, body := readyz(); st != 200 {
+		t.Fatalf("readyz before the shutdown: %d %s", st, body)
 	}
 	streamDone := make(chan []byte, 1)
 	go func() {
@@ -480,15 +487,22 @@ func TestShutdownStopsEveryListenerAtOnce(t *testing.T) {
 		closed <- h.main.Close(ctx)
 	}()
 	time.Sleep(200 * time.Millisecond)
-	if c, err := net.Dial("tcp", admin); err == nil {
+	if st, body := readyz(); st != 503 || !strings.Contains(body, `"reason":"shutting down"`) {
+		t.Errorf("readyz while draining: %d %s, want 503 shutting down", st, body)
+	}
+	if c, err := net.Dial("tcp", api); err == nil {
 		c.Close()
-		t.Error("the admin listener still accepts connections while the API listener drains")
+		t.Error("the api listener still accepts connections while it drains")
 	}
 	if b := <-streamDone; !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
 		t.Errorf("the running stream did not finish: %s", b)
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("close: %v", err)
+	}
+	if c, err := net.Dial("tcp", admin); err == nil {
+		c.Close()
+		t.Error("the admin listener still accepts connections after the shutdown")
 	}
 }
 
@@ -547,7 +561,7 @@ func TestModelsAndPricing(t *testing.T) {
 		}
 		caps[m.ID] = strings.Join(m.Capabilities, ",")
 	}
-	if caps["tg-coder"] != "tools,reasoning,image_input,pdf_input" || caps["tg-chat"] != "tools,reasoning" || caps["tg-mini"] != "" {
+	if caps["tg-coder"] != "tools,reasoning,image_input,pdf_input,web_search" || caps["tg-chat"] != "tools,reasoning,web_search" || caps["tg-mini"] != "" {
 		t.Errorf("capabilities = %v", caps)
 	}
 
@@ -579,7 +593,7 @@ func TestModelsAndPricing(t *testing.T) {
 	if p.Object != "pricing" || p.Currency != "USD" || p.Unit != "per_1m_tokens" || p.Uptime != "1" {
 		t.Errorf("pricing head: %s", b)
 	}
-	if !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.12","output":"0.4"}}`)) {
+	if !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.12","output":"0.4"},"web_search":"0.004"}`)) {
 		t.Errorf("tg-chat pricing with no traffic: %s", b)
 	}
 	if status, _, _ := get(map[string]string{"If-None-Match": hdr.Get("ETag")}); status != 304 {
@@ -602,26 +616,69 @@ func TestModelsAndPricing(t *testing.T) {
 		t.Fatalf("pricing after traffic: %d", status)
 	}
 	// share 3/4: input 0.12*0.75 + 2.2*0.25 = 0.64; output 0.4*0.75 + 8.8*0.25 = 2.5
-	if !bytes.Contains(b, []byte(`"network_uptime_7d":0.75`)) || !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.64","output":"2.5"}}`)) {
+	if !bytes.Contains(b, []byte(`"network_uptime_7d":0.75`)) || !bytes.Contains(b, []byte(`{"id":"tg-chat","network":{"input":"0.12","output":"0.4"},"fallback":{"input":"2.2","output":"8.8"},"average":{"input":"0.64","output":"2.5"},"web_search":"0.004"}`)) {
 		t.Errorf("pricing after 3 network + 1 fallback: %s", b)
 	}
 }
 
 // A node that takes streamed requests and never answers them (not even
-// their headers) is taken out like one that times out non-streamed requests:
-// after health.failure_threshold (3) such streams, the next request finds no
-// node that can take it.
+// their headers) is ejected like one that times out non-streamed requests:
+// after health.failure_threshold (3) such streams on it, outlier detection
+// takes it out while its /health still answers 200. Of a backend's two nodes
+// at most one (max_ejected_percent 50) is ejected, and a backend's last node
+// up by its probes never is.
 func TestStreamHeaderTimeoutsTakeTheNodeOut(t *testing.T) {
-	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 50ms\n  stream_idle: 200ms\n"})
-	hung := `{"model":"flav-vllm","stream":true,"messages":[{"role":"user","content":"x [sim fault=hang]"}]}`
-	for i := range 3 {
+	// Two nodes on one simulator: a different key makes a different node.
+	t.Setenv("TG_TEST_NODE_A_KEY", "a")
+	t.Setenv("TG_TEST_NODE_B_KEY", "b")
+	h := newHarness(t, harnessOptions{timeouts: "timeouts:\n  keep_alive: 50ms\n  stream_idle: 200ms\n",
+		models: `
+  - id: two-nodes
+    kind: chat
+    context_length: 32768
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: up-vllm
+        rates: {input: "1", output: "2"}
+        nodes:
+          - {name: node-a, url: "{{flav-vllm}}/v1", key_env: TG_TEST_NODE_A_KEY, flavour: vllm}
+          - {name: node-b, url: "{{flav-vllm}}/v1", key_env: TG_TEST_NODE_B_KEY, flavour: vllm}
+`})
+	hung := `{"model":"two-nodes","stream":true,"messages":[{"role":"user","content":"x [sim fault=hang]"}]}`
+	for i := range 6 { // three on each node: the picker alternates
 		status, _, b := h.post("/v1/chat/completions", hung, nil)
 		if status != 200 || !bytes.Contains(b, []byte(`"code":"timeout"`)) {
 			t.Fatalf("hung stream %d: %d %s", i, status, b)
 		}
 	}
-	status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm",`+hiMessages+`}`, nil)
-	expectError(t, status, b, 503, "backend_unavailable", "")
+	m, _ := h.main.Relay.Catalog().Lookup("two-nodes")
+	nodes := m.Backends[0].Nodes
+	ejected := map[string]bool{}
+	for _, n := range nodes {
+		ejected[n.Name] = n.Ejected(time.Now())
+	}
+	if len(ejected) != 2 || ejected["node-a"] == ejected["node-b"] {
+		t.Fatalf("after three hung streams on each of two nodes: ejected %v, want exactly one", ejected)
+	}
+	for range 3 {
+		status, hdr, b := h.post("/v1/chat/completions", `{"model":"two-nodes",`+hiMessages+`}`, nil)
+		if status != 200 || ejected[hdr.Get("X-Tollgate-Node")] {
+			t.Fatalf("next request: %d on %q %s, want 200 from the node not ejected", status, hdr.Get("X-Tollgate-Node"), b)
+		}
+	}
+
+	// A single-node backend keeps its node: the failures reach the clients,
+	// and a good answer is served as soon as the node gives one.
+	hungOne := strings.ReplaceAll(hung, "two-nodes", "flav-vllm")
+	for i := range 3 {
+		if status, _, b := h.post("/v1/chat/completions", hungOne, nil); status != 200 || !bytes.Contains(b, []byte(`"code":"timeout"`)) {
+			t.Fatalf("hung stream %d on a single node: %d %s", i, status, b)
+		}
+	}
+	if status, _, b := h.post("/v1/chat/completions", `{"model":"flav-vllm",`+hiMessages+`}`, nil); status != 200 {
+		t.Fatalf("the last node of a backend was taken out: %d %s", status, b)
+	}
 }
 
 // A node that refused connections is out; when it answers its health

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,20 +19,22 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/simulate"
+	"github.com/tollgate/tollgate/tracing"
 )
 
 // harness runs the real Main on port 0 against simulated model servers: the
 // demo catalogue plus one model per flavour ("flav-vllm", ...) served by a
 // single backend of that flavour, so a test can aim at one server's quirks.
 type harness struct {
-	t      *testing.T
-	main   *Main
-	sims   map[string]*simulate.Running
-	search *simulate.RunningSearch // the demo's simulated SearXNG
-	key    string
-	acct   tollgate.Account
-	keyRec tollgate.Key
-	client openai.Client
+	t       *testing.T
+	main    *Main
+	sims    map[string]*simulate.Running
+	search  *simulate.RunningSearch // the demo's simulated SearXNG
+	cfgPath string                  // the config file Main was opened with
+	key     string
+	acct    tollgate.Account
+	keyRec  tollgate.Key
+	client  openai.Client
 }
 
 type harnessOptions struct {
@@ -46,6 +49,7 @@ type harnessOptions struct {
 	// simulated SearXNG's URL); searchSim configures that simulator.
 	search    string
 	searchSim simulate.SearchConfig
+	tracing   *tracing.Provider // set on Main before Open (an in-memory exporter)
 }
 
 // flavourSims are the per-flavour servers of the harness.
@@ -116,7 +120,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 `, name, f, f, urls[name], f)
 		}
 	}
-	text := strings.Replace(demoConfig, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
+	// The demo's own admin listener and token are the demo's: a test asks
+	// for an admin listener with o.listen (and its token with extraYAML).
+	demo := regexp.MustCompile(`(?m)^  admin: \{\{admin\}\}.*\n`).ReplaceAllString(demoConfig, "")
+	demo = strings.Replace(demo, "admin_token_env: TOLLGATE_DEMO_ADMIN_TOKEN\n", "", 1)
+	text := strings.Replace(demo, "  api: {{api}}\n", "  api: {{api}}\n"+o.listen, 1) + flavModels.String() + o.models
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
 	}
@@ -133,6 +141,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	text += o.timeouts + o.extraYAML
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tollgate.yaml")
+	h.cfgPath = path
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +149,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, text)
 	}
-	h.main = &Main{Config: cfg, Log: o.log}
+	h.main = &Main{Config: cfg, Log: o.log, Tracing: o.tracing}
 	if err := h.main.Open(context.Background()); err != nil {
 		t.Fatalf("open: %v", err)
 	}

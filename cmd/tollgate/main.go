@@ -31,6 +31,7 @@ var commandSummaries = [][2]string{
 	{"usage", "sum charges by account, key, model, backend and period (table, CSV, JSON)"},
 	{"audit", "check that every balance is the sum of its ledger and no hold is orphaned"},
 	{"migrate", "create the store and apply pending schema migrations"},
+	{"version", "print the version, commit and Go version of this binary"},
 }
 
 func newCommand(name string, stdout, stderr io.Writer) command {
@@ -53,6 +54,8 @@ func newCommand(name string, stdout, stderr io.Writer) command {
 		return &demoCmd{stdout: stdout, stderr: stderr}
 	case "bench":
 		return &benchCmd{stdout: stdout, stderr: stderr}
+	case "version":
+		return &versionCmd{stdout: stdout}
 	case "bench-client": // run by bench for its paired phases; not in the help
 		return &benchClientCmd{stdout: stdout, stderr: stderr}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,9 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,10 +23,11 @@ import (
 	"github.com/tollgate/tollgate/auth"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
-	"github.com/tollgate/tollgate/httpd"
+	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/tracing"
 	"github.com/tollgate/tollgate/traffic"
 )
 
@@ -40,11 +45,19 @@ type Main struct {
 	Relay   *relay.Relay
 	Biller  *billing.Biller // nil when billing.disabled
 	Server  *server.Server
+	Metrics *metrics.Metrics
+	// Tracing exports spans (nil: tracing off). A test may set it before
+	// Open, with an in-memory exporter.
+	Tracing *tracing.Provider
+	// NoMetrics leaves the Prometheus metrics out (the benchmark's baseline).
+	NoMetrics bool
 
-	servers []*httpd.Server
-	addrs   map[string]string // listener name -> actual address
-	cancel  context.CancelFunc
-	bg      sync.WaitGroup
+	servers  []*http.Server
+	names    []string          // each server's listener name
+	inflight atomic.Int64      // handlers running, on every listener
+	addrs    map[string]string // listener name -> actual address
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup
 
 	closeOnce sync.Once
 }
@@ -69,6 +82,19 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
 	cat := relay.NewCatalog(cfg, nil)
 	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log}
+	if !m.NoMetrics {
+		m.Metrics = metrics.New(buildInfo())
+		deps.Streams = m.Metrics.InflightStreams
+	}
+	if m.Tracing == nil {
+		if m.Tracing, err = tracing.New(&cfg.Tracing, buildInfo().Version); err != nil {
+			st.Close()
+			return err
+		}
+	}
+	if m.Tracing != nil {
+		deps.Tracer = m.Tracing.Tracer()
+	}
 	if svc, err := search.FromConfig(&cfg.Search, nil); err != nil {
 		st.Close()
 		return err
@@ -81,6 +107,15 @@ func (m *Main) Open(ctx context.Context) error {
 			return err
 		}
 		deps.Biller = m.Biller
+		// Charges that a dead run journaled go into the ledger before the
+		// first request is served: an Idempotency-Key retry of a request
+		// whose instance died must find its charge (docs/idempotency.md).
+		// If this fails, Run tries again at each sweep.
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := m.Biller.RecoverJournals(rctx); err != nil {
+			m.Log.Error("apply dead instances' charge journals before serving", "err", err)
+		}
+		rcancel()
 	}
 	m.Relay = relay.New(cat, relay.Options{
 		NonStreamTimeout: cfg.Timeouts.NonStream.D(),
@@ -90,14 +125,27 @@ func (m *Main) Open(ctx context.Context) error {
 		ConnectTimeout:   cfg.Timeouts.Connect.D(),
 		MaxSearches:      cfg.Search.MaxSearches,
 		Health: relay.HealthPolicy{
-			FailureThreshold: cfg.Health.FailureThreshold,
-			BackoffMin:       cfg.Health.BackoffMin.D(),
-			BackoffMax:       cfg.Health.BackoffMax.D(),
+			FailureThreshold:  cfg.Health.FailureThreshold,
+			BackoffMin:        cfg.Health.BackoffMin.D(),
+			BackoffMax:        cfg.Health.BackoffMax.D(),
+			FailurePercent:    cfg.Health.FailurePercent,
+			Window:            cfg.Health.Window.D(),
+			MinRequests:       cfg.Health.MinRequests,
+			EjectionBase:      cfg.Health.EjectionBase.D(),
+			EjectionMax:       cfg.Health.EjectionMax.D(),
+			MaxEjectedPercent: cfg.Health.MaxEjectedPercent,
 		},
 	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
+	m.Server.Metrics = m.Metrics
+	m.Server.Tracer = deps.Tracer
+	m.Server.Version = buildInfo().Version
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
+		return err
+	}
+	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
+		m.Close(ctx)
 		return err
 	}
 	if err := m.openIdempotency(bgctx); err != nil {
@@ -113,6 +161,16 @@ func (m *Main) Open(ctx context.Context) error {
 	m.background(func() { m.Relay.RunHealthChecks(bgctx, max(cfg.Health.Interval.D(), 0), cfg.Health.Timeout.D()) })
 
 	m.addrs = map[string]string{}
+	m.Server.BodyTimeout = cfg.Timeouts.RequestBody.D()
+	var cert []tls.Certificate
+	if t := cfg.Listen.TLS; t != nil {
+		c, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			m.Close(ctx)
+			return fmt.Errorf("listen.tls: %w", err)
+		}
+		cert = []tls.Certificate{c}
+	}
 	listen := func(name, addr string, h http.Handler) error {
 		if addr == "" {
 			return nil
@@ -122,21 +180,40 @@ func (m *Main) Open(ctx context.Context) error {
 			return fmt.Errorf("listen %s on %s: %w", name, addr, err)
 		}
 		m.addrs[name] = ln.Addr().String()
-		// httpd, not net/http's server: no goroutine per request
-		// (httpd's package comment, docs/performance.md).
-		srv := &httpd.Server{
-			Handler:           h,
+		srv := &http.Server{
+			Handler:           m.counted(h),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    1 << 20,
 			// No write timeout: streams run for up to timeouts.stream_total
-			// and set their own deadline (relay/stream.go).
-			Log:       m.Log.With("listener", name),
-			ErrorBody: server.HTTPErrorBody,
-			RequestID: m.Server.NewRequestID,
+			// and set their own deadline (relay/stream.go); the request
+			// body's read deadline is the middleware's (server/middleware.go).
+			ErrorLog:  slog.NewLogLogger(m.Log.With("listener", name).Handler(), slog.LevelWarn),
+			Protocols: new(http.Protocols),
+		}
+		srv.Protocols.SetHTTP1(true)
+		tlsOn := cfg.Listen.TLS.Serves(name)
+		if tlsOn {
+			srv.Protocols.SetHTTP2(true)
+			srv.TLSConfig = &tls.Config{Certificates: cert, MinVersion: tls.VersionTLS12}
+		} else {
+			ln = server.EnvelopeListener(ln, m.Server.NewRequestID)
+		}
+		if name == "api" {
+			// h2c (HTTP/2 with prior knowledge) for clients and proxies
+			// that multiplex streams over plain TCP.
+			srv.Protocols.SetUnencryptedHTTP2(true)
 		}
 		m.servers = append(m.servers, srv)
+		m.names = append(m.names, name)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, httpd.ErrServerClosed) {
+			var err error
+			if tlsOn {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				m.Log.Error("listener stopped", "listener", name, "err", err)
 			}
 		}()
@@ -150,11 +227,38 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(adminRoutes(cfg, st, m.Log))); err != nil {
+	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.Log)
+	if err != nil {
+		m.Close(ctx)
+		return err
+	}
+	if m.Metrics != nil {
+		m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay})
+		if m.Biller != nil {
+			m.Metrics.Registry.MustRegister(metrics.BillingCollector{Source: m.Biller})
+		}
+		routes["/metrics"] = m.Metrics.Handler()
+	}
+	routes["/debug/pprof/"] = m.Server.RequireBearer(cfg.AdminToken, http.HandlerFunc(pprof.Index))
+	for _, name := range []string{"cmdline", "profile", "symbol", "trace"} {
+		h := map[string]http.HandlerFunc{"cmdline": pprof.Cmdline, "profile": pprof.Profile, "symbol": pprof.Symbol, "trace": pprof.Trace}[name]
+		routes["/debug/pprof/"+name] = m.Server.RequireBearer(cfg.AdminToken, h)
+	}
+	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(routes)); err != nil {
 		m.Close(ctx)
 		return err
 	}
 	return nil
+}
+
+// counted keeps m.inflight, so that Close can wait for the handlers of
+// connections it closed (http.Server.Close forgets them at once).
+func (m *Main) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.inflight.Add(1)
+		defer m.inflight.Add(-1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (m *Main) background(f func()) {
@@ -176,8 +280,9 @@ func (m *Main) APIURL() string { return "http://" + m.addrs["api"] + "/v1" }
 // backend call at once) before the biller and the store close.
 const closeDrain = 5 * time.Second
 
-// Close shuts down gracefully: every listener stops accepting at once,
-// running requests get until ctx's deadline to finish, then traffic counts
+// Close shuts down gracefully: /readyz turns 503, the api and public
+// listeners stop accepting at once (the admin listener answers until they
+// are drained), running requests get until ctx's deadline to finish, then traffic counts
 // are flushed and the store closed. Requests still running at the deadline
 // have their connections closed and get closeDrain to charge what they
 // generated. Later calls do nothing and return nil.
@@ -188,12 +293,22 @@ func (m *Main) Close(ctx context.Context) error {
 }
 
 func (m *Main) close(ctx context.Context) error {
-	// Each Shutdown closes its listeners first, then waits: all of them at
-	// once, so the public and admin listeners do not go on accepting while
-	// the API listener's streams finish.
+	// From now on /readyz answers 503: the load balancer stops sending.
+	if m.Server != nil {
+		m.Server.SetDraining()
+	}
+	// Each Shutdown closes its listener first, then waits. The api and
+	// public listeners stop accepting at once and drain together; the admin
+	// listener goes on answering (/readyz's 503, a last /metrics scrape)
+	// until they are done, then stops too.
 	shut := make([]error, len(m.servers))
 	var wg sync.WaitGroup
+	admin := -1
 	for i, s := range m.servers {
+		if m.names[i] == "admin" {
+			admin = i
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -201,16 +316,26 @@ func (m *Main) close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if admin >= 0 {
+		shut[admin] = m.servers[admin].Shutdown(ctx)
+	}
 	var errs []error
 	drain, cancelDrain := context.WithTimeout(context.Background(), closeDrain)
 	defer cancelDrain()
+	cut := false
 	for i, s := range m.servers {
 		if shut[i] != nil {
 			errs = append(errs, shut[i])
 			_ = s.Close()
-			// The closed connections' requests end and settle; the biller
-			// must still be open for their charges.
-			_ = s.Shutdown(drain)
+			cut = true
+		}
+	}
+	// The closed connections' requests end and settle; the biller must
+	// still be open for their charges.
+	for cut && m.inflight.Load() > 0 && drain.Err() == nil {
+		select {
+		case <-drain.Done():
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if m.cancel != nil {
@@ -232,6 +357,13 @@ func (m *Main) close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if m.Tracing != nil {
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := m.Tracing.Shutdown(tctx); err != nil {
+			m.Log.Warn("flush traces", "err", err)
+		}
+		cancel()
+	}
 	return errors.Join(errs...)
 }
 
@@ -244,7 +376,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	configPath := fs.String("config", defaultConfigPath(), "config file (env TOLLGATE_CONFIG)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level of the config; default info)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate serve [--config FILE]")
 		fmt.Fprintln(c.stderr, "\nRuns the service until SIGINT or SIGTERM, then drains running requests.")
@@ -253,14 +385,23 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return flagErr(err)
 	}
-	log, err := newLogger(c.stderr, *logLevel)
-	if err != nil {
-		return usageError{err.Error()}
+	if *logLevel != "" {
+		if _, err := newLogger(c.stderr, *logLevel); err != nil {
+			return usageError{err.Error()}
+		}
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
 		return err
 	}
+	if *logLevel != "" {
+		cfg.Log.Level = *logLevel
+	}
+	log, closeLog, err := configLogger(cfg, c.stderr, c.stdout)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	m := &Main{Config: cfg, Log: log}
 	if err := m.Open(ctx); err != nil {
 		return err
@@ -312,11 +453,51 @@ func (m *Main) Reload(path string) error {
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	return newFormatLogger(w, level, "json")
+}
+
+func newFormatLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// logFlushInterval is how often buffered log lines are written out.
+const logFlushInterval = 200 * time.Millisecond
+
+// configLogger builds the logger the config's log: section asks for, its
+// lines buffered (logWriter). The returned func writes out the rest and
+// closes a log file.
+func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, func(), error) {
+	w, done := stderr, func() {}
+	switch out := cfg.Log.Output; out {
+	case "stderr", "":
+	case "stdout":
+		w = stdout
+	default:
+		if !filepath.IsAbs(out) {
+			out = filepath.Join(cfg.Dir, out)
+		}
+		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, nil, fmt.Errorf("log.output: %w", err)
+		}
+		w, done = f, func() { f.Close() }
+	}
+	lw := newLogWriter(w, logFlushInterval)
+	closeAll := func() { lw.Close(); done() }
+	log, err := newFormatLogger(lw, cfg.Log.Level, cfg.Log.Format)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return log, closeAll, nil
 }
 
 func defaultConfigPath() string {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"github.com/tollgate/tollgate"
 	"io"
-	"strconv"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -89,53 +89,15 @@ from now (24h). Without --by and --period, one total row.`, c.stderr)
 }
 
 func usageColumns(by []string, period bool, r billing.UsageRow) (head, vals []string) {
-	if period {
-		head, vals = append(head, "period"), append(vals, r.Period)
-	}
-	for _, g := range billing.UsageGroups {
-		if !containsString(by, g) {
-			continue
-		}
-		head = append(head, g)
-		switch g {
-		case "account":
-			vals = append(vals, r.Account)
-		case "key":
-			vals = append(vals, r.Key)
-		case "model":
-			vals = append(vals, r.Model)
-		case "backend":
-			vals = append(vals, r.Backend)
-		}
-	}
-	i := strconv.FormatInt
-	head = append(head, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "estimated", "cost_usd", "uncollected_usd",
-		"searches")
-	vals = append(vals, i(r.Requests, 10), i(r.PromptTokens, 10), i(r.CompletionTokens, 10), i(r.CachedTokens, 10),
-		i(r.ReasoningTokens, 10), i(r.Estimated, 10), r.Cost.String(), r.Uncollected.String(), i(r.Searches, 10))
-	return head, vals
+	return billing.UsageColumns(by, period, r)
 }
 
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
+func containsString(list []string, s string) bool { return slices.Contains(list, s) }
 
 func writeUsageCSV(w io.Writer, by []string, period bool, rows []billing.UsageRow) error {
 	cw := csv.NewWriter(w)
-	head, _ := usageColumns(by, period, billing.UsageRow{})
-	if err := cw.Write(head); err != nil {
+	if err := billing.WriteUsageCSV(cw, by, period, rows); err != nil {
 		return err
-	}
-	for _, r := range rows {
-		_, vals := usageColumns(by, period, r)
-		if err := cw.Write(vals); err != nil {
-			return err
-		}
 	}
 	cw.Flush()
 	return cw.Error()

@@ -19,7 +19,7 @@ type idemStore interface {
 	RenewIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string, expires time.Time) error
 	CompleteIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string, r tollgate.StoredResponse, expires time.Time) error
 	ReleaseIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string) error
-	PurgeIdempotency(ctx context.Context, before time.Time) (int64, error)
+	PurgeIdempotency(ctx context.Context, before, lostExpires time.Time) (int64, error)
 }
 
 // testIdempotency runs the idempotency cases as subtests on one store.
@@ -43,6 +43,13 @@ func testIdempotency(t *testing.T, s tollgate.Store) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, is) })
 	}
+	t.Run("ChargedThenLost", func(t *testing.T) {
+		bs, ok := s.(BillingStore)
+		if !ok {
+			t.Fatalf("%T does not implement the billing operations", s)
+		}
+		testIdemChargedThenLost(t, bs, is)
+	})
 }
 
 func fingerprint(s string) []byte {
@@ -209,7 +216,7 @@ func testIdemPurge(t *testing.T, s idemStore) {
 	if err := s.CompleteIdempotency(ctx(t), key("young"), "req_3", tollgate.StoredResponse{Status: 200}, t0.Add(48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.PurgeIdempotency(ctx(t), t0.Add(2*time.Hour))
+	n, err := s.PurgeIdempotency(ctx(t), t0.Add(2*time.Hour), t0.Add(26*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +231,7 @@ func testIdemPurge(t *testing.T, s idemStore) {
 	begin(t, s, claim(key("old"), "other", "req_4", t0, time.Minute), tollgate.IdempotencyStarted)
 	begin(t, s, claim(key("dead"), "other", "req_5", t0, time.Minute), tollgate.IdempotencyStarted)
 	begin(t, s, claim(key("young"), "other", "req_6", t0.Add(2*time.Hour), time.Minute), tollgate.IdempotencyMismatch)
-	if n, err := s.PurgeIdempotency(ctx(t), t0.Add(-time.Hour)); err != nil || n != 0 {
+	if n, err := s.PurgeIdempotency(ctx(t), t0.Add(-time.Hour), t0.Add(23*time.Hour)); err != nil || n != 0 {
 		t.Errorf("purge before anything expires: %d, %v; want 0", n, err)
 	}
 }
@@ -260,4 +267,81 @@ func testIdemConcurrent(t *testing.T, s idemStore) {
 	if started != 1 {
 		t.Errorf("%d of %d concurrent claims started, want exactly 1", started, n)
 	}
+}
+
+// lostClaim is a claim as the Keeper makes it: a lost key is remembered for
+// a day from the claim that finds it.
+func lostClaim(k tollgate.IdempotencyKey, fp, owner string, now time.Time) tollgate.IdempotencyClaim {
+	c := claim(k, fp, owner, now, time.Minute)
+	c.LostExpires = now.Add(24 * time.Hour)
+	return c
+}
+
+// A crash between the charge and the stored answer (docs/idempotency.md):
+// the holder's lease ends with its charge in the ledger under its request
+// id (the claim's owner) and no answer stored. No claim takes the key over:
+// it is kept as lost, with the original request id, for every claimant,
+// racing or not, until LostExpires; a purge keeps it rather than delete it.
+// A holder that died uncharged is taken over as before (testIdemLeaseExpiry).
+func testIdemChargedThenLost(t *testing.T, bs BillingStore, s idemStore) {
+	acct, key := fundedKey(t, bs, usd("1"), nil)
+	charge := func(owner string) {
+		t.Helper()
+		h := holdOp(acct, key, usd("0.1"), t0)
+		h.Hold.RequestID = owner
+		apply(t, bs, h)
+		apply(t, bs, settleOp(h, usd("0.01"), t0))
+	}
+	k := idemKey(t)
+	owner := tollgate.NewID("req_")
+	begin(t, s, lostClaim(k, "body", owner, t0), tollgate.IdempotencyStarted)
+	charge(owner) // ... and its instance dies before CompleteIdempotency
+	begin(t, s, lostClaim(k, "body", "req_b", t0.Add(30*time.Second)), tollgate.IdempotencyInFlight)
+
+	// The lease ended: racing retries all find the charge.
+	const n = 8
+	results := make([]tollgate.IdempotencyResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = s.BeginIdempotency(context.Background(),
+				lostClaim(k, "body", "req_retry"+string(rune('a'+i)), t0.Add(time.Minute)))
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if errs[i] != nil || r.State != tollgate.IdempotencyLost || r.Owner != owner {
+			t.Errorf("retry %d after the lease: %s owner %q, %v; want lost, owner %s", i, r.State, r.Owner, errs[i], owner)
+		}
+	}
+	// Remembered as lost for a day from the first claim that found it;
+	// another request with the key is a mismatch, as for a stored answer.
+	begin(t, s, lostClaim(k, "body", "req_c", t0.Add(time.Hour)), tollgate.IdempotencyLost)
+	begin(t, s, lostClaim(k, "other body", "req_d", t0.Add(time.Hour)), tollgate.IdempotencyMismatch)
+	if err := s.CompleteIdempotency(ctx(t), k, owner, tollgate.StoredResponse{Status: 200}, t0.Add(48*time.Hour)); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("complete of a lost key by its dead owner: %v, want ErrNotFound", err)
+	}
+	begin(t, s, lostClaim(k, "body", "req_e", t0.Add(time.Minute+24*time.Hour-time.Microsecond)), tollgate.IdempotencyLost)
+	begin(t, s, lostClaim(k, "body", "req_f", t0.Add(time.Minute+24*time.Hour)), tollgate.IdempotencyStarted)
+
+	// Nobody retried before the purge: the purge keeps the key as lost.
+	k2 := tollgate.IdempotencyKey{Scope: k.Scope, Key: k.Key + "-purged"}
+	owner2 := tollgate.NewID("req_")
+	begin(t, s, lostClaim(k2, "body", owner2, t0), tollgate.IdempotencyStarted)
+	charge(owner2)
+	if _, err := s.PurgeIdempotency(ctx(t), t0.Add(2*time.Hour), t0.Add(26*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	res := begin(t, s, lostClaim(k2, "body", "req_g", t0.Add(3*time.Hour)), tollgate.IdempotencyLost)
+	if res.Owner != owner2 {
+		t.Errorf("lost after a purge: owner %q, want %s", res.Owner, owner2)
+	}
+	if _, err := s.PurgeIdempotency(ctx(t), t0.Add(27*time.Hour), t0.Add(51*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, s, lostClaim(k2, "body", "req_h", t0.Add(27*time.Hour)), tollgate.IdempotencyStarted)
+	auditClean(t, bs, t0)
 }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer collects a command's output while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// `tollgate demo` as the README's first command: it prints the exports, the
+// web-search curl line works (an answer with citations), and the admin
+// listener it prints serves /metrics.
+func TestDemoServesWebSearchAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut) }()
+	defer func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("demo exited %d: %s", code, errOut.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("demo did not stop")
+		}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), "Ctrl-C stops it.") {
+		if time.Now().After(deadline) {
+			t.Fatalf("demo did not start: %s %s", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	text := out.String()
+	base := regexp.MustCompile(`export OPENAI_BASE_URL=(\S+)`).FindStringSubmatch(text)
+	key := regexp.MustCompile(`export OPENAI_API_KEY=(\S+)`).FindStringSubmatch(text)
+	metrics := regexp.MustCompile(`(http://\S+/metrics)`).FindStringSubmatch(text)
+	curl := regexp.MustCompile(`-d '(\{"model":"tg-chat","web_search_options".*\})'`).FindStringSubmatch(text)
+	if base == nil || key == nil || metrics == nil || curl == nil {
+		t.Fatalf("the demo's instructions are incomplete:\n%s", text)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base[1]+"/chat/completions", strings.NewReader(curl[1]))
+	req.Header.Set("Authorization", "Bearer "+key[1])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var r struct {
+		Choices []struct {
+			Message struct {
+				Content     string            `json:"content"`
+				Annotations []json.RawMessage `json:"annotations"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(body, &r) != nil || len(r.Choices) == 0 || len(r.Choices[0].Message.Annotations) == 0 {
+		t.Fatalf("the README's web-search line: %d %s", resp.StatusCode, body)
+	}
+	mresp, err := http.Get(metrics[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !strings.Contains(string(mb), `tollgate_web_searches_total{class="network",model="tg-chat"} 1`) {
+		t.Fatalf("the demo's /metrics does not show the search: %.2000s", mb)
+	}
+}

@@ -1,0 +1,161 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Sign-in, sign-out and invitations (docs/decisions.md, "Console sign-in").
+
+type signinData struct {
+	Account string
+	Notice  string
+}
+
+func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) error {
+	v := c.publicView(w, r, "Sign in")
+	v.Data = signinData{Account: r.URL.Query().Get("account")}
+	if r.URL.Query().Get("welcome") != "" {
+		v.Data = signinData{Account: r.URL.Query().Get("account"), Notice: "Your password is set. Sign in with it."}
+	}
+	return c.render(w, http.StatusOK, "signin", v)
+}
+
+func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
+	if err := checkFormToken(r); err != nil {
+		return err
+	}
+	now := c.o.Now()
+	acctID := strings.TrimSpace(r.PostFormValue("account"))
+	password := r.PostFormValue("password")
+	again := func(status int, err *tollgate.Error) error {
+		v := c.publicView(w, r, "Sign in")
+		v.Data, v.Error = signinData{Account: acctID}, err
+		return c.render(w, status, "signin", v)
+	}
+	addr := c.clientAddr(r)
+	for _, lim := range []struct {
+		a   *attempts
+		key string
+	}{{c.byAccount, acctID}, {c.byAddress, addr}} {
+		if blocked, until := lim.a.blocked(lim.key, now); blocked {
+			w.Header().Set("Retry-After", retryAfter(until, now))
+			return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded,
+				"too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04")))
+		}
+	}
+	ok := false
+	if acctID != "" && len(password) <= MaxPasswordLen {
+		encoded, err := c.st.PasswordHash(r.Context(), acctID)
+		switch {
+		case errors.Is(err, tollgate.ErrNotFound):
+			_, _ = VerifyPassword(password, c.dummyHash) // the same time as a wrong password
+		case err != nil:
+			return err
+		default:
+			if ok, err = VerifyPassword(password, encoded); err != nil {
+				return err
+			}
+		}
+	}
+	if !ok {
+		c.byAccount.fail(acctID, now)
+		c.byAddress.fail(addr, now)
+		c.o.Log.Info("console sign-in failed", "account", acctID, "client", addr)
+		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "the account id or the password is wrong"))
+	}
+	acct, err := c.st.Account(r.Context(), acctID)
+	if err != nil {
+		return err
+	}
+	if acct.Disabled {
+		return again(http.StatusForbidden, tollgate.Errorf(tollgate.CodeAccountDisabled, "account %s is disabled; ask the operator", acctID))
+	}
+	c.byAccount.reset(acctID)
+	token := randomToken()
+	now = now.UTC().Truncate(time.Microsecond)
+	if err := c.st.CreateSession(r.Context(), tollgate.HashKey(token),
+		tollgate.ConsoleSession{AccountID: acctID, Created: now, Expires: now.Add(c.o.SessionTTL)}); err != nil {
+		return err
+	}
+	c.o.Log.Info("console sign-in", "account", acctID, "client", addr)
+	c.setCookie(w, r, sessionCookie, token, c.o.SessionTTL, http.SameSiteLaxMode)
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	return nil
+}
+
+func retryAfter(until, now time.Time) string {
+	s := int(until.Sub(now)/time.Second) + 1
+	return itoa(int64(s))
+}
+
+// signout ends the session (and revokes its playground key). It answers a
+// POST with the session's CSRF token; without a live session it just goes
+// to the sign-in page.
+func (c *Console) signout(w http.ResponseWriter, r *http.Request) error {
+	ck, err := r.Cookie(sessionCookie)
+	if err == nil && ck.Value != "" {
+		if !tokensEqual(r.PostFormValue("csrf"), sessionCSRF(ck.Value)) {
+			return errCSRF
+		}
+		sess, err := c.st.DeleteSession(r.Context(), tollgate.HashKey(ck.Value))
+		switch {
+		case err == nil && sess.PlaygroundKey != "":
+			if err := c.st.RevokeKey(r.Context(), sess.PlaygroundKey, c.o.Now().UTC().Truncate(time.Microsecond)); err != nil {
+				return err
+			}
+		case err != nil && !errors.Is(err, tollgate.ErrNotFound):
+			return err
+		}
+	}
+	c.clearCookie(w, r, sessionCookie)
+	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+	return nil
+}
+
+type inviteData struct{ Token string }
+
+func (c *Console) inviteForm(w http.ResponseWriter, r *http.Request) error {
+	v := c.publicView(w, r, "Set your password")
+	v.Data = inviteData{Token: r.URL.Query().Get("token")}
+	return c.render(w, http.StatusOK, "invite", v)
+}
+
+func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
+	if err := checkFormToken(r); err != nil {
+		return err
+	}
+	token := r.PostFormValue("token")
+	password, confirm := r.PostFormValue("password"), r.PostFormValue("confirm")
+	again := func(status int, err *tollgate.Error) error {
+		v := c.publicView(w, r, "Set your password")
+		v.Data, v.Error = inviteData{Token: token}, err
+		return c.render(w, status, "invite", v)
+	}
+	switch {
+	case len(password) < MinPasswordLen || len(password) > MaxPasswordLen:
+		return again(http.StatusBadRequest, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "password",
+			"the password must be %d to %d characters long", MinPasswordLen, MaxPasswordLen))
+	case password != confirm:
+		return again(http.StatusBadRequest, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "confirm", "the two passwords differ"))
+	}
+	encoded, err := HashPassword(password, c.o.Password)
+	if err != nil {
+		return err
+	}
+	acct, err := c.st.AcceptInvite(r.Context(), tollgate.HashKey(token), encoded, c.o.Now().UTC().Truncate(time.Microsecond))
+	if errors.Is(err, tollgate.ErrNotFound) {
+		return again(http.StatusNotFound, tollgate.Errorf(tollgate.CodeNotFound,
+			"this invitation was used already, has expired or does not exist; ask the operator for a new one"))
+	}
+	if err != nil {
+		return err
+	}
+	c.o.Log.Info("console password set", "account", acct)
+	http.Redirect(w, r, "/console/signin?welcome=1&account="+acct, http.StatusSeeOther)
+	return nil
+}

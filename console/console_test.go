@@ -1,0 +1,691 @@
+package console
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/sqlite"
+)
+
+const testYAML = `
+listen: {api: "127.0.0.1:0"}
+store: {sqlite: t.db}
+models:
+  - id: tg-chat
+    kind: chat
+    context_length: 1000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up
+        rates: {input: "0.12", output: "0.40"}
+        nodes: [{url: "http://127.0.0.1:1/v1"}]
+      - class: fallback
+        upstream_model: up2
+        url: "http://127.0.0.1:1/v1"
+        flavour: openai
+        rates: {input: "2.20", output: "8.80"}
+  - id: tg-mini
+    kind: cheap
+    context_length: 1000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up3
+        rates: {input: "0.02", output: "0.04"}
+        nodes: [{url: "http://127.0.0.1:2/v1"}]
+`
+
+// cheap keeps the tests fast; the real parameters are DefaultPasswordParams.
+var cheap = PasswordParams{Memory: 64, Time: 1, Threads: 1}
+
+// clock is a settable time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+type uptime struct{ network, total int64 }
+
+func (u uptime) Uptime(context.Context) (int64, int64, error) { return u.network, u.total, nil }
+
+type env struct {
+	t     *testing.T
+	st    *sqlite.DB
+	con   *Console
+	srv   *httptest.Server
+	clock *clock
+	cat   *relay.Catalog
+	acct  tollgate.Account
+	key   tollgate.Key // a key of acct
+}
+
+func newEnv(t testing.TB, o Options) *env {
+	st, err := sqlite.Open(t.TempDir() + "/t.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg, err := config.Parse([]byte(testYAML), t.TempDir(), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := relay.NewCatalog(cfg, nil)
+	clk := &clock{t: time.Date(2026, 3, 20, 15, 0, 0, 0, time.UTC)}
+	o.Catalog = func() *relay.Catalog { return cat }
+	o.Uptime = uptime{3, 4}
+	o.Password = cheap
+	o.Now = clk.now
+	con, err := New(st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	e := &env{st: st, con: con, srv: srv, clock: clk, cat: cat}
+	e.acct, e.key = e.newAccount(t, "alice", "10")
+	return e
+}
+
+func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, tollgate.Key) {
+	ctx := context.Background()
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: name, Created: e.clock.now().AddDate(0, -3, 0)}
+	if err := e.st.CreateAccount(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", a.Created); err != nil {
+		t.Fatal(err)
+	}
+	secret := tollgate.NewKeySecret()
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Name: name + "-key", Prefix: tollgate.DisplayPrefix(secret), Created: a.Created, AllowedModels: []string{}}
+	if err := e.st.CreateKey(ctx, k, tollgate.HashKey(secret)); err != nil {
+		t.Fatal(err)
+	}
+	return a, k
+}
+
+// charge puts a settled request of key on the books at time at.
+func (e *env) charge(t testing.TB, k tollgate.Key, model string, cost tollgate.Amount, at time.Time) {
+	t.Helper()
+	if err := e.st.ApplyBilling(context.Background(), chargeOps(k, model, cost, at)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chargeOps(k tollgate.Key, model string, cost tollgate.Amount, at time.Time) []*tollgate.BillingOp {
+	hold := &tollgate.BillingOp{Kind: tollgate.OpHold, Hold: tollgate.Hold{ID: tollgate.NewID("hold_"), RequestID: tollgate.NewOrderedID("req_", at),
+		AccountID: k.AccountID, KeyID: k.ID, Model: model, Class: tollgate.ClassNetwork, Amount: cost, Owner: "test", Created: at, Expires: at.Add(time.Minute)}}
+	settle := &tollgate.BillingOp{Kind: tollgate.OpSettle, HoldID: hold.Hold.ID, Charge: tollgate.Charge{RequestID: hold.Hold.RequestID,
+		AccountID: k.AccountID, KeyID: k.ID, Model: model, Class: tollgate.ClassNetwork, Node: "gpu", PromptTokens: 100, CompletionTokens: 20,
+		Cost: cost, Time: at}}
+	return []*tollgate.BillingOp{hold, settle}
+}
+
+// browser is a client with a cookie jar that does not follow redirects.
+type browser struct {
+	t testing.TB
+	c *http.Client
+	e *env
+}
+
+func (e *env) browser(t testing.TB) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, e: e, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+type page struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func (b *browser) do(req *http.Request) page {
+	b.t.Helper()
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return page{resp.StatusCode, string(body), resp.Header}
+}
+
+func (b *browser) get(path string) page {
+	b.t.Helper()
+	req, _ := http.NewRequest("GET", b.e.srv.URL+path, nil)
+	return b.do(req)
+}
+
+func (b *browser) post(path string, form url.Values) page {
+	b.t.Helper()
+	req, _ := http.NewRequest("POST", b.e.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return b.do(req)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (p page) csrf(t testing.TB) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no csrf field in the page:\n%s", p.body)
+	}
+	return m[1]
+}
+
+// code is the error code the page shows, "" if none.
+func (p page) code() string {
+	m := regexp.MustCompile(`data-code="([^"]+)"`).FindStringSubmatch(p.body)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+const password = "correct horse battery"
+
+// setPassword uses a fresh invitation of acct to set password.
+func (b *browser) setPassword(acct, pw string) {
+	b.t.Helper()
+	token, _, err := tollgate.IssueInvite(context.Background(), b.e.st, acct, b.e.clock.now())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	p := b.get(tollgate.InvitePath(token)[len(""):])
+	if p.status != 200 {
+		b.t.Fatalf("invite page: %d", p.status)
+	}
+	r := b.post("/console/invite", url.Values{"csrf": {p.csrf(b.t)}, "token": {token}, "password": {pw}, "confirm": {pw}})
+	if r.status != http.StatusSeeOther {
+		b.t.Fatalf("set password: %d %s\n%s", r.status, r.code(), r.body)
+	}
+}
+
+func (b *browser) signin(acct, pw string) page {
+	b.t.Helper()
+	p := b.get("/console/signin")
+	return b.post("/console/signin", url.Values{"csrf": {p.csrf(b.t)}, "account": {acct}, "password": {pw}})
+}
+
+// signedIn returns a browser signed in as the env's account.
+func (e *env) signedIn(t *testing.T) *browser {
+	b := e.browser(t)
+	b.setPassword(e.acct.ID, password)
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/" {
+		t.Fatalf("sign-in: %d %s %q", r.status, r.code(), r.header.Get("Location"))
+	}
+	return b
+}
+
+func TestSignInInviteAndSignOut(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.browser(t)
+	if r := b.get("/console/"); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/signin" {
+		t.Fatalf("overview without a session: %d %q, want 303 to the sign-in page", r.status, r.header.Get("Location"))
+	}
+	// No password yet: the sign-in fails like a wrong password.
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusUnauthorized || r.code() != "unauthorized" {
+		t.Fatalf("sign-in before any password: %d %s", r.status, r.code())
+	}
+	token, _, err := tollgate.IssueInvite(t.Context(), e.st, e.acct.ID, e.clock.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.get(tollgate.InvitePath(token))
+	if p.header.Get("Referrer-Policy") != "no-referrer" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("invite page headers: %v", p.header)
+	}
+	short := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"short"}, "confirm": {"short"}})
+	if short.status != http.StatusBadRequest || !strings.Contains(short.body, `data-param="password"`) {
+		t.Errorf("short password: %d %s", short.status, short.code())
+	}
+	differ := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {password}, "confirm": {password + "x"}})
+	if differ.status != http.StatusBadRequest || !strings.Contains(differ.body, `data-param="confirm"`) {
+		t.Errorf("passwords that differ: %d %s", differ.status, differ.code())
+	}
+	ok := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {password}, "confirm": {password}})
+	if ok.status != http.StatusSeeOther {
+		t.Fatalf("set password: %d %s", ok.status, ok.code())
+	}
+	stored, err := e.st.PasswordHash(t.Context(), e.acct.ID)
+	if err != nil || !strings.HasPrefix(stored, "$argon2id$v=19$m=64,t=1,p=1$") || strings.Contains(stored, password) {
+		t.Errorf("stored password = %q, %v", stored, err)
+	}
+	again := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"another password!"}, "confirm": {"another password!"}})
+	if again.status != http.StatusNotFound || again.code() != "not_found" {
+		t.Errorf("second use of the invitation: %d %s", again.status, again.code())
+	}
+	if r := b.signin(e.acct.ID, "wrong password!"); r.status != http.StatusUnauthorized || r.code() != "unauthorized" {
+		t.Errorf("wrong password: %d %s", r.status, r.code())
+	}
+	r := b.signin(e.acct.ID, password)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d %s", r.status, r.code())
+	}
+	var sc *http.Cookie
+	for _, c := range (&http.Response{Header: r.header}).Cookies() {
+		if c.Name == sessionCookie {
+			sc = c
+		}
+	}
+	if sc == nil || !sc.HttpOnly || sc.SameSite != http.SameSiteLaxMode || sc.Secure || sc.Path != "/console/" || sc.MaxAge != int((12*time.Hour)/time.Second) {
+		t.Errorf("session cookie = %+v", sc)
+	}
+	if _, err := e.st.Session(t.Context(), tollgate.HashKey(sc.Value), e.clock.now()); err != nil {
+		t.Errorf("the session is not stored under the hash of its cookie: %v", err)
+	}
+	ov := b.get("/console/")
+	if ov.status != 200 || !strings.Contains(ov.body, `id="balance">10.00 USD`) || ov.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("overview: %d %q\n%s", ov.status, ov.header.Get("Cache-Control"), ov.body)
+	}
+	// Sign-out revokes the session's playground key.
+	if err := e.st.SetSessionKey(t.Context(), tollgate.HashKey(sc.Value), e.key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.post("/console/signout", url.Values{"csrf": {ov.csrf(t)}}); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d %s", r.status, r.code())
+	}
+	if _, err := e.st.Session(t.Context(), tollgate.HashKey(sc.Value), e.clock.now()); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("session after sign-out: %v", err)
+	}
+	keys, _ := e.st.Keys(t.Context(), e.acct.ID)
+	if keys[0].Revoked.IsZero() {
+		t.Error("the session's playground key was not revoked at sign-out")
+	}
+	if r := b.get("/console/"); r.status != http.StatusSeeOther {
+		t.Errorf("overview after sign-out: %d", r.status)
+	}
+}
+
+func TestSignInRateLimited(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.browser(t)
+	b.setPassword(e.acct.ID, password)
+	for i := range accountFailures {
+		if r := b.signin(e.acct.ID, "wrong password!"); r.status != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, r.status)
+		}
+	}
+	r := b.signin(e.acct.ID, password)
+	if r.status != http.StatusTooManyRequests || r.code() != "rate_limit_exceeded" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("the right password after %d failures: %d %s, want 429 with Retry-After", accountFailures, r.status, r.code())
+	}
+	e.clock.add(failureWindow)
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusSeeOther {
+		t.Errorf("after the window: %d %s", r.status, r.code())
+	}
+	// Per address: failures spread over many accounts still stop.
+	for i := range addressFailures {
+		b.signin("acct_guess"+itoa(int64(i)), "whatever")
+	}
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusTooManyRequests {
+		t.Errorf("after %d failures from one address: %d, want 429", addressFailures, r.status)
+	}
+}
+
+func TestDisabledAccountCannotSignIn(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	if err := e.st.SetAccountDisabled(t.Context(), e.acct.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get("/console/"); r.status != http.StatusForbidden || r.code() != "account_disabled" {
+		t.Errorf("page of a disabled account: %d %s", r.status, r.code())
+	}
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusForbidden || r.code() != "account_disabled" {
+		t.Errorf("sign-in of a disabled account: %d %s", r.status, r.code())
+	}
+}
+
+func TestCSRFRejected(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	other, _ := e.newAccount(t, "mallory", "1")
+	ob := e.browser(t)
+	ob.setPassword(other.ID, password)
+	ob.signin(other.ID, password)
+	theirs := ob.get("/console/keys").csrf(t)
+	for name, form := range map[string]url.Values{
+		"no token":              {"name": {"x"}},
+		"another session's one": {"name": {"x"}, "csrf": {theirs}},
+		"a made-up one":         {"name": {"x"}, "csrf": {"AAAA"}},
+	} {
+		r := b.post("/console/keys", form)
+		if r.status != http.StatusBadRequest || r.code() != "invalid_request" || !strings.Contains(r.body, `data-param="csrf"`) {
+			t.Errorf("%s: %d %s", name, r.status, r.code())
+		}
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Errorf("a key was created without a valid token: %d keys", len(keys))
+	}
+	if r := b.post("/console/signout", url.Values{}); r.status != http.StatusBadRequest {
+		t.Errorf("sign-out without the token: %d", r.status)
+	}
+	// The forms shown before sign-in: their token must match the cookie.
+	fresh := e.browser(t)
+	if r := fresh.post("/console/signin", url.Values{"csrf": {"x"}, "account": {e.acct.ID}, "password": {password}}); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("sign-in without its form cookie: %d %s", r.status, r.code())
+	}
+}
+
+func TestExpiredSession(t *testing.T) {
+	e := newEnv(t, Options{SessionTTL: time.Hour})
+	b := e.signedIn(t)
+	csrf := b.get("/console/keys").csrf(t)
+	e.clock.add(time.Hour)
+	if r := b.get("/console/keys"); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/signin" {
+		t.Errorf("page with an expired session: %d %q", r.status, r.header.Get("Location"))
+	}
+	if r := b.post("/console/keys", url.Values{"csrf": {csrf}, "name": {"late"}}); r.status != http.StatusUnauthorized || r.code() != "unauthorized" {
+		t.Errorf("form with an expired session: %d %s", r.status, r.code())
+	}
+}
+
+func TestSecureCookieBehindTrustedProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted []netip.Prefix
+		secure  bool
+	}{
+		{"trusted", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, true},
+		{"untrusted", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Options{TrustedProxies: tc.trusted})
+			req, _ := http.NewRequest("GET", e.srv.URL+"/console/signin", nil)
+			req.Header.Set("X-Forwarded-Proto", "https")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			cs := resp.Cookies()
+			if len(cs) != 1 || cs[0].Secure != tc.secure {
+				t.Errorf("cookies %+v, want Secure=%t", cs, tc.secure)
+			}
+		})
+	}
+}
+
+var secretRE = regexp.MustCompile(`sk-tg-[0-9A-Za-z]{32}`)
+
+func TestKeysCreateListRevoke(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	p := b.get("/console/keys")
+	if p.status != 200 || !strings.Contains(p.body, "alice-key") || secretRE.MatchString(p.body) {
+		t.Fatalf("keys page: %d\n%s", p.status, p.body)
+	}
+	csrf := p.csrf(t)
+	bad := b.post("/console/keys", url.Values{"csrf": {csrf}, "name": {"laptop"}, "spend_limit": {"lots"}})
+	if bad.status != http.StatusBadRequest || !strings.Contains(bad.body, `data-param="spend_limit"`) || !strings.Contains(bad.body, `value="laptop"`) {
+		t.Errorf("bad spend limit: %d %s", bad.status, bad.code())
+	}
+	if r := b.post("/console/keys", url.Values{"csrf": {csrf}, "models": {"gpt-9"}}); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="models"`) {
+		t.Errorf("a model outside the catalogue: %d %s", r.status, r.code())
+	}
+	created := b.post("/console/keys", url.Values{"csrf": {csrf}, "name": {"laptop"}, "expires": {"30d"}, "models": {"tg-mini"},
+		"spend_limit": {"2.5"}, "rpm": {"60"}, "tpm": {"10000"}})
+	secret := secretRE.FindString(created.body)
+	if created.status != http.StatusCreated || secret == "" || !strings.Contains(created.body, `data-copy="new-secret"`) {
+		t.Fatalf("create: %d %s\n%s", created.status, created.code(), created.body)
+	}
+	k, _, err := e.st.KeyByHash(t.Context(), tollgate.HashKey(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.AccountID != e.acct.ID || k.Name != "laptop" || k.SpendLimit != tollgate.MustParseAmount("2.5") || k.RPM != 60 || k.TPM != 10000 ||
+		len(k.AllowedModels) != 1 || k.AllowedModels[0] != "tg-mini" || !k.Expires.Equal(e.clock.now().AddDate(0, 0, 30)) {
+		t.Errorf("stored key = %+v", k)
+	}
+	list := b.get("/console/keys")
+	if strings.Contains(list.body, secret) || !strings.Contains(list.body, k.Prefix+"…") || !strings.Contains(list.body, "2.50 USD") {
+		t.Errorf("the list after creation shows the secret, or not the key")
+	}
+	// Another account's key id: not found, and the key stays active.
+	_, theirs := e.newAccount(t, "bob", "1")
+	if r := b.post("/console/keys/"+theirs.ID+"/revoke", url.Values{"csrf": {csrf}}); r.status != http.StatusNotFound || r.code() != "not_found" {
+		t.Errorf("revoking another account's key: %d %s", r.status, r.code())
+	}
+	if bk, _ := e.st.Keys(t.Context(), theirs.AccountID); !bk[0].Revoked.IsZero() {
+		t.Error("another account's key was revoked")
+	}
+	if r := b.post("/console/keys/"+k.ID+"/revoke", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("revoke: %d %s", r.status, r.code())
+	}
+	if k2, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(secret)); k2.Revoked.IsZero() {
+		t.Error("the key is not revoked")
+	}
+	if r := b.get("/console/keys"); !strings.Contains(r.body, `class="status-revoked">revoked`) {
+		t.Error("the list does not show the key revoked")
+	}
+}
+
+func TestOverviewFigures(t *testing.T) {
+	e := newEnv(t, Options{})
+	now := e.clock.now() // 2026-03-20 15:00 UTC
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.000000000001"), now.Add(-time.Hour))
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.25"), now.Add(-2*time.Hour))
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("1"), now.AddDate(0, 0, -3))  // this month, not today
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -25)) // last month, in the chart
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("4"), now.AddDate(0, 0, -45)) // neither
+	b := e.signedIn(t)
+	p := b.get("/console/")
+	for _, want := range []string{
+		`id="balance">2.749999999999 USD`, // 10 − 7.250000000001
+		`id="spend-today">0.250000000001 USD`,
+		`id="spend-month">1.250000000001 USD`,
+		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">3.000000000001</td>`,
+		// The prices are /pricing's: network 3 of 4 requests.
+		`<td class="num">0.12 / 0.4</td>`, `<td class="num">2.2 / 8.8</td>`, `network share 0.75`,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	if n := strings.Count(p.body, "<rect x="); n != 4 {
+		t.Errorf("%d bars, want 4 (two models today, one 3 days ago, one 25 days ago)", n)
+	}
+	if !strings.Contains(p.body, "2026-02-23 · tg-chat · 2.00 USD") {
+		t.Error("the bar of 25 days ago is missing its title")
+	}
+	pricing := string(server.BuildPricing(e.cat, 3, 4))
+	if !strings.Contains(pricing, `"network":{"input":"0.12","output":"0.4"}`) {
+		t.Errorf("pricing document changed shape: %s", pricing)
+	}
+}
+
+func TestActivityAndCSV(t *testing.T) {
+	e := newEnv(t, Options{})
+	now := e.clock.now()
+	_, other := e.newAccount(t, "bob", "5")
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.000123456789"), now.Add(-time.Hour))
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.Add(-2*time.Hour))
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.01"), now.AddDate(0, 0, -2))
+	e.charge(t, other, "tg-chat", tollgate.MustParseAmount("3"), now.Add(-time.Minute))
+	for i := range activityPage {
+		e.charge(t, e.key, "tg-mini", 1, now.AddDate(0, 0, -10).Add(time.Duration(i)*time.Second))
+	}
+	b := e.signedIn(t)
+	p := b.get("/console/activity")
+	if p.status != 200 || strings.Contains(p.body, "3.000000000000") {
+		t.Fatalf("activity: %d (or it shows another account's charge)", p.status)
+	}
+	first := strings.Index(p.body, "0.000123456789")
+	second := strings.Index(p.body, "0.500000000000")
+	if first < 0 || second < first {
+		t.Errorf("activity is not newest first with 12 decimals (%d, %d)", first, second)
+	}
+	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="num mono"`) != activityPage {
+		t.Errorf("first page: want %d rows and a next page", activityPage)
+	}
+	p2 := b.get("/console/activity?page=2")
+	if n := strings.Count(p2.body, `class="num mono"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
+		t.Errorf("second page: %d rows", n)
+	}
+	f := b.get("/console/activity?model=tg-chat&since=" + now.AddDate(0, 0, -1).Format(time.DateOnly))
+	if n := strings.Count(f.body, `class="num mono"`); n != 1 || !strings.Contains(f.body, "0.000123456789") {
+		t.Errorf("filtered by model and day: %d rows", n)
+	}
+	if r := b.get("/console/activity?since=yesterday"); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="since"`) {
+		t.Errorf("bad date: %d %s", r.status, r.code())
+	}
+	c := b.get("/console/activity.csv?model=tg-chat")
+	if c.status != 200 || c.header.Get("Content-Type") != "text/csv; charset=utf-8" {
+		t.Fatalf("csv: %d %q", c.status, c.header.Get("Content-Type"))
+	}
+	recs, err := csv.NewReader(strings.NewReader(c.body)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _ := billing.UsageColumns([]string{"key", "model", "backend"}, true, billing.UsageRow{})
+	if strings.Join(recs[0], ",") != strings.Join(head, ",") {
+		t.Errorf("csv header %v, want tollgate usage's %v", recs[0], head)
+	}
+	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[2][10] != "0.000123456789" {
+		t.Errorf("csv rows = %v", recs)
+	}
+	// The same bytes as `tollgate usage --account A --model tg-chat --by key,model,backend --period day --csv`.
+	rows, err := billing.Usage(t.Context(), e.st, tollgate.UsageFilter{AccountID: e.acct.ID, Model: "tg-chat"}, []string{"key", "model", "backend"}, "day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	cw := csv.NewWriter(&want)
+	if err := billing.WriteUsageCSV(cw, []string{"key", "model", "backend"}, true, rows); err != nil {
+		t.Fatal(err)
+	}
+	cw.Flush()
+	if c.body != want.String() {
+		t.Errorf("csv export:\n%s\nwant what tollgate usage writes:\n%s", c.body, want.String())
+	}
+}
+
+func TestPagesNeedSession(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.browser(t)
+	for _, path := range []string{"/console/", "/console/keys", "/console/activity", "/console/activity.csv", "/console/playground"} {
+		if r := b.get(path); r.status != http.StatusSeeOther {
+			t.Errorf("GET %s without a session: %d", path, r.status)
+		}
+	}
+	if r := b.post("/console/keys/"+e.key.ID+"/revoke", url.Values{}); r.status != http.StatusUnauthorized {
+		t.Errorf("revoke without a session: %d", r.status)
+	}
+	if r := b.get("/console/nope"); r.status != http.StatusNotFound || r.code() != "not_found" {
+		t.Errorf("unknown page: %d %s", r.status, r.code())
+	}
+	if r := b.get("/console/static/console.css"); r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
+		t.Errorf("stylesheet: %d %q", r.status, r.header.Get("Content-Type"))
+	}
+}
+
+func TestPassword(t *testing.T) {
+	h, err := HashPassword("pw", DefaultPasswordParams)
+	if err != nil || !strings.HasPrefix(h, "$argon2id$v=19$m=19456,t=2,p=1$") {
+		t.Fatalf("hash = %q, %v", h, err)
+	}
+	h2, _ := HashPassword("pw", DefaultPasswordParams)
+	if h == h2 {
+		t.Error("two hashes of one password are equal: no salt")
+	}
+	if ok, err := VerifyPassword("pw", h); !ok || err != nil {
+		t.Errorf("verify right: %t %v", ok, err)
+	}
+	if ok, _ := VerifyPassword("pW", h); ok {
+		t.Error("verify wrong: true")
+	}
+	if _, err := VerifyPassword("pw", "$2a$10$bcrypt"); err == nil {
+		t.Error("a non-argon2id hash verified without error")
+	}
+}
+
+func TestFixed12(t *testing.T) {
+	for a, want := range map[tollgate.Amount]string{1: "0.000000000001", -1_500_000_000_000: "-1.500000000000", 0: "0.000000000000"} {
+		if got := fixed12(a); got != want {
+			t.Errorf("fixed12(%d) = %s, want %s", a, got, want)
+		}
+	}
+	for a, want := range map[string]string{"10": "10.00", "2.5": "2.50", "0.000001": "0.000001"} {
+		if got := usd(tollgate.MustParseAmount(a)); got != want {
+			t.Errorf("usd(%s) = %s, want %s", a, got, want)
+		}
+	}
+}
+
+func TestPlaygroundKey(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	p := b.get("/console/playground")
+	if p.status != 200 || !strings.Contains(p.body, `<option value="tg-mini">`) || !strings.Contains(p.body, `id="pg-answer"`) {
+		t.Fatalf("playground page: %d\n%s", p.status, p.body)
+	}
+	csrf := regexp.MustCompile(`data-csrf="([^"]+)"`).FindStringSubmatch(p.body)[1]
+	ask := func(token string) page {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/console/playground/key", nil)
+		if token != "" {
+			req.Header.Set("X-CSRF-Token", token)
+		}
+		return b.do(req)
+	}
+	if r := ask(""); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("key without the CSRF header: %d %s", r.status, r.code())
+	}
+	var got []string
+	for range 2 {
+		r := ask(csrf)
+		secret := secretRE.FindString(r.body)
+		if r.status != 200 || secret == "" || r.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("playground key: %d %s", r.status, r.body)
+		}
+		got = append(got, secret)
+	}
+	first, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[0]))
+	second, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[1]))
+	if first.Revoked.IsZero() || !second.Revoked.IsZero() || second.AccountID != e.acct.ID || second.Name != playgroundKeyName {
+		t.Errorf("first key %+v (want revoked), second %+v (want active, this account's)", first, second)
+	}
+	if second.Expires.IsZero() || !second.Expires.Equal(e.clock.now().Add(12*time.Hour)) {
+		t.Errorf("playground key expires %v, want with the session", second.Expires)
+	}
+	if r := b.post("/console/signout", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", r.status)
+	}
+	if k, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[1])); k.Revoked.IsZero() {
+		t.Error("the playground key outlived the sign-out")
+	}
+}
+
+func TestLargeFormRefused(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.signedIn(t)
+	csrf := b.get("/console/keys").csrf(t)
+	r := b.post("/console/keys", url.Values{"csrf": {csrf}, "name": {strings.Repeat("x", maxFormBytes)}})
+	if r.status != http.StatusBadRequest {
+		t.Errorf("a form over %d bytes: %d %s", maxFormBytes, r.status, r.code())
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Errorf("a key was created from an oversized form")
+	}
+}

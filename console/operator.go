@@ -1,0 +1,480 @@
+package console
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/relay"
+)
+
+// The operator's console on the admin listener, under /console/: accounts
+// (list, search, create, credit, debit, disable, enable, invite) and the
+// service (nodes, traffic share, the audit). It is behind the admin token:
+// a sign-in form takes it and opens a session kept in this instance's
+// memory (docs/decisions.md).
+
+// OperatorStore is what the operator's console reads and writes.
+type OperatorStore interface {
+	Store
+	CreateAccount(ctx context.Context, a tollgate.Account) error
+	Accounts(ctx context.Context) ([]tollgate.Account, error)
+	SetAccountDisabled(ctx context.Context, id string, disabled bool) error
+}
+
+// OperatorOptions configure the operator's console.
+type OperatorOptions struct {
+	// Token is the admin token; empty refuses every sign-in.
+	Token   string
+	Catalog func() *relay.Catalog
+	Uptime  UptimeReader
+	// AuditGrace is admin.Options.AuditGrace.
+	AuditGrace time.Duration
+	// APIBase is the api listener's URL, to print invitation links whole.
+	APIBase        string
+	TrustedProxies []netip.Prefix
+	Log            *slog.Logger
+	Now            func() time.Time
+}
+
+const (
+	operatorCookie     = "tg_operator"
+	operatorSessionTTL = 12 * time.Hour
+	operatorFailures   = 10
+	accountsPage       = 50
+)
+
+// Operator serves the operator's pages.
+type Operator struct {
+	st    OperatorStore
+	o     OperatorOptions
+	token [32]byte
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+	c     *Console // cookies, client address and rendering
+
+	mu        sync.Mutex
+	sessions  map[tollgate.KeyHash]time.Time // expiry
+	lastAudit *auditRun
+	failures  *attempts
+}
+
+type auditRun struct {
+	Report billing.AuditReport
+	Took   time.Duration
+}
+
+// NewOperator builds the operator's console.
+func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	op := &Operator{st: st, o: o, token: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{}, mux: http.NewServeMux(),
+		sessions: map[tollgate.KeyHash]time.Time{}, failures: newAttempts(operatorFailures, failureWindow),
+		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}}}
+	for _, name := range []string{"op_signin", "op_accounts", "op_account", "op_service", "error"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		op.pages[name] = t
+	}
+	op.c.pages = op.pages
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
+	op.mux.Handle("GET /console/static/", files)
+	op.mux.HandleFunc("GET /console/signin", op.c.page(op.signinForm))
+	op.mux.HandleFunc("POST /console/signin", op.c.page(op.signin))
+	op.mux.HandleFunc("POST /console/signout", op.c.page(op.signedIn(op.signout)))
+	op.mux.HandleFunc("GET /console/{$}", op.c.page(op.signedIn(op.accounts)))
+	op.mux.HandleFunc("POST /console/accounts", op.c.page(op.signedIn(op.createAccount)))
+	op.mux.HandleFunc("GET /console/accounts/{id}", op.c.page(op.signedIn(op.account)))
+	op.mux.HandleFunc("POST /console/accounts/{id}/{action}", op.c.page(op.signedIn(op.accountAction)))
+	op.mux.HandleFunc("GET /console/service", op.c.page(op.signedIn(op.service)))
+	op.mux.HandleFunc("POST /console/service/audit", op.c.page(op.signedIn(op.runAudit)))
+	op.mux.HandleFunc("/console/", op.c.page(func(w http.ResponseWriter, r *http.Request) error {
+		return tollgate.Errorf(tollgate.CodeNotFound, "there is no operator page %s %s", r.Method, r.URL.Path)
+	}))
+	return op, nil
+}
+
+// Routes is the map the admin listener mounts.
+func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: op} }
+
+func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op.c.headers(w, r)
+	op.mux.ServeHTTP(w, r)
+}
+
+type opRequest struct{ token string }
+
+type opKey struct{}
+
+func opCurrent(r *http.Request) *opRequest { v, _ := r.Context().Value(opKey{}).(*opRequest); return v }
+
+func (op *Operator) signedIn(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		ck, err := r.Cookie(operatorCookie)
+		if err != nil || ck.Value == "" || !op.live(tollgate.HashKey(ck.Value)) {
+			return op.c.toSignin(w, r)
+		}
+		if r.Method == http.MethodPost && !tokensEqual(r.PostFormValue("csrf"), sessionCSRF(ck.Value)) {
+			return errCSRF
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		return h(w, r.WithContext(context.WithValue(r.Context(), opKey{}, &opRequest{token: ck.Value})))
+	}
+}
+
+func (op *Operator) live(h tollgate.KeyHash) bool {
+	now := op.o.Now()
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	exp, ok := op.sessions[h]
+	if ok && !now.Before(exp) {
+		delete(op.sessions, h)
+		return false
+	}
+	return ok
+}
+
+func (op *Operator) view(r *http.Request, title, nav string) *view {
+	return &view{Title: title, Nav: nav, Operator: true, CSRF: sessionCSRF(opCurrent(r).token)}
+}
+
+func (op *Operator) render(w http.ResponseWriter, status int, page string, v *view) error {
+	return op.c.render(w, status, page, v)
+}
+
+func (op *Operator) signinForm(w http.ResponseWriter, r *http.Request) error {
+	v := op.c.publicView(w, r, "Operator sign-in")
+	v.Operator = true
+	return op.render(w, http.StatusOK, "op_signin", v)
+}
+
+// signin compares the SHA-256 of the presented token with the configured
+// one's in constant time, like the admin API.
+func (op *Operator) signin(w http.ResponseWriter, r *http.Request) error {
+	if err := checkFormToken(r); err != nil {
+		return err
+	}
+	now := op.o.Now()
+	addr := op.c.clientAddr(r)
+	again := func(status int, err *tollgate.Error) error {
+		v := op.c.publicView(w, r, "Operator sign-in")
+		v.Operator, v.Error = true, err
+		return op.render(w, status, "op_signin", v)
+	}
+	if blocked, until := op.failures.blocked(addr, now); blocked {
+		w.Header().Set("Retry-After", retryAfter(until, now))
+		return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded, "too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04")))
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(r.PostFormValue("token"))))
+	if op.o.Token == "" || subtle.ConstantTimeCompare(got[:], op.token[:]) != 1 {
+		op.failures.fail(addr, now)
+		op.o.Log.Warn("operator console sign-in failed", "client", addr)
+		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "that is not the admin token"))
+	}
+	token := randomToken()
+	op.mu.Lock()
+	for h, exp := range op.sessions {
+		if !now.Before(exp) {
+			delete(op.sessions, h)
+		}
+	}
+	op.sessions[tollgate.HashKey(token)] = now.Add(operatorSessionTTL)
+	op.mu.Unlock()
+	op.o.Log.Info("operator console sign-in", "client", addr)
+	op.c.setCookieNamed(w, r, operatorCookie, token, operatorSessionTTL)
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	return nil
+}
+
+func (op *Operator) signout(w http.ResponseWriter, r *http.Request) error {
+	op.mu.Lock()
+	delete(op.sessions, tollgate.HashKey(opCurrent(r).token))
+	op.mu.Unlock()
+	op.c.clearCookie(w, r, operatorCookie)
+	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+	return nil
+}
+
+type opAccountRow struct {
+	tollgate.Account
+	Held, Free, Spent tollgate.Amount
+}
+
+type opAccountsData struct {
+	Query    string
+	Accounts []opAccountRow
+	Total    int
+	Page     int
+	Prev     string
+	Next     string
+	Created  *tollgate.Account
+}
+
+func (op *Operator) row(ctx context.Context, a tollgate.Account) (opAccountRow, error) {
+	b, err := op.st.Balance(ctx, a.ID)
+	if err != nil {
+		return opAccountRow{}, err
+	}
+	a.Balance = b.Balance
+	row := opAccountRow{Account: a, Held: b.Held, Free: b.Free}
+	usage, err := op.st.KeyUsage(ctx, a.ID)
+	if err != nil {
+		return opAccountRow{}, err
+	}
+	for _, u := range usage {
+		row.Spent += u.Spent
+	}
+	return row, nil
+}
+
+// accounts lists the accounts, newest first, 50 a page; q matches the id
+// or the name, ignoring case.
+func (op *Operator) accounts(w http.ResponseWriter, r *http.Request) error {
+	return op.renderAccounts(w, r, http.StatusOK, nil, nil)
+}
+
+func (op *Operator) renderAccounts(w http.ResponseWriter, r *http.Request, status int, created *tollgate.Account, verr *tollgate.Error) error {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	all, err := op.st.Accounts(r.Context())
+	if err != nil {
+		return err
+	}
+	slices.Reverse(all)
+	if q != "" {
+		lq := strings.ToLower(q)
+		all = slices.DeleteFunc(all, func(a tollgate.Account) bool {
+			return !strings.Contains(strings.ToLower(a.ID), lq) && !strings.Contains(strings.ToLower(a.Name), lq)
+		})
+	}
+	page := max(atoiDefault(r.URL.Query().Get("page"), 1), 1)
+	d := opAccountsData{Query: q, Total: len(all), Page: page, Created: created}
+	from := min((page-1)*accountsPage, len(all))
+	to := min(from+accountsPage, len(all))
+	for _, a := range all[from:to] {
+		row, err := op.row(r.Context(), a)
+		if err != nil {
+			return err
+		}
+		d.Accounts = append(d.Accounts, row)
+	}
+	qs := ""
+	if q != "" {
+		qs = "q=" + urlEscape(q) + "&"
+	}
+	if page > 1 {
+		d.Prev = qs + "page=" + itoa(int64(page-1))
+	}
+	if to < len(all) {
+		d.Next = qs + "page=" + itoa(int64(page+1))
+	}
+	v := op.view(r, "Accounts", "accounts")
+	v.Data, v.Error = d, verr
+	return op.render(w, status, "op_accounts", v)
+}
+
+func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error {
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	if name == "" {
+		return op.renderAccounts(w, r, http.StatusBadRequest, nil, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "name", "an account needs a name"))
+	}
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: name, Created: op.o.Now().UTC().Truncate(time.Microsecond)}
+	if err := op.st.CreateAccount(r.Context(), a); err != nil {
+		return err
+	}
+	op.o.Log.Info("account created in the operator console", "account", a.ID, "name", a.Name)
+	http.Redirect(w, r, "/console/accounts/"+a.ID+"?done=created", http.StatusSeeOther)
+	return nil
+}
+
+type opAccountData struct {
+	Row    opAccountRow
+	Keys   []tollgate.Key
+	Invite string // the whole invitation link, shown once
+	Amount string // what was typed, when the form comes back with an error
+	Note   string
+}
+
+var doneNotices = map[string]string{
+	"created": "Account created. Credit it, then invite its holder.",
+	"credit":  "Credit posted.",
+	"debit":   "Debit posted.",
+	"disable": "Account disabled: its keys are refused (403 account_disabled) and its console sessions stop working.",
+	"enable":  "Account enabled.",
+	"audit":   "Audit run.",
+}
+
+func (op *Operator) account(w http.ResponseWriter, r *http.Request) error {
+	return op.renderAccount(w, r, http.StatusOK, opAccountData{}, nil)
+}
+
+func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status int, d opAccountData, verr *tollgate.Error) error {
+	id := r.PathValue("id")
+	a, err := op.st.Account(r.Context(), id)
+	if errors.Is(err, tollgate.ErrNotFound) {
+		return tollgate.Errorf(tollgate.CodeNotFound, "account %s does not exist", id)
+	}
+	if err != nil {
+		return err
+	}
+	if d.Row, err = op.row(r.Context(), a); err != nil {
+		return err
+	}
+	if d.Keys, err = op.st.Keys(r.Context(), id); err != nil {
+		return err
+	}
+	v := op.view(r, a.Name, "accounts")
+	v.Data, v.Error = d, verr
+	if verr == nil {
+		v.Notice = doneNotices[r.URL.Query().Get("done")]
+	}
+	return op.render(w, status, "op_account", v)
+}
+
+// accountAction is credit, debit, disable, enable or invite.
+func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error {
+	id, action := r.PathValue("id"), r.PathValue("action")
+	ctx := r.Context()
+	if _, err := op.st.Account(ctx, id); errors.Is(err, tollgate.ErrNotFound) {
+		return tollgate.Errorf(tollgate.CodeNotFound, "account %s does not exist", id)
+	} else if err != nil {
+		return err
+	}
+	switch action {
+	case "credit", "debit":
+		amountText, note := strings.TrimSpace(r.PostFormValue("amount")), strings.TrimSpace(r.PostFormValue("note"))
+		back := opAccountData{Amount: amountText, Note: note}
+		amount, err := tollgate.ParseAmount(amountText)
+		if err != nil || amount <= 0 {
+			return op.renderAccount(w, r, http.StatusBadRequest, back, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
+				"amount %q: want a positive amount of USD such as 25 or 12.50", amountText))
+		}
+		kind := tollgate.LedgerCredit
+		if action == "debit" {
+			kind = tollgate.LedgerDebit
+		}
+		e, err := billing.Post(ctx, op.st, kind, id, amount, note, op.o.Now())
+		if err != nil {
+			var te *tollgate.Error
+			if errors.As(err, &te) {
+				return op.renderAccount(w, r, statusOf(te.Code), back, te)
+			}
+			return err
+		}
+		op.o.Log.Info("ledger entry posted in the operator console", "kind", kind, "account", id, "amount", e.Amount.String(), "entry", e.ID)
+	case "disable", "enable":
+		if err := op.st.SetAccountDisabled(ctx, id, action == "disable"); err != nil {
+			return err
+		}
+		op.o.Log.Info("account disabled flag set in the operator console", "account", id, "disabled", action == "disable")
+	case "invite":
+		token, expires, err := tollgate.IssueInvite(ctx, op.st, id, op.o.Now())
+		if err != nil {
+			return err
+		}
+		op.o.Log.Info("console invitation issued in the operator console", "account", id, "expires", expires)
+		v := opAccountData{Invite: op.o.APIBase + tollgate.InvitePath(token)}
+		return op.renderAccount(w, r, http.StatusCreated, v, nil)
+	default:
+		return tollgate.Errorf(tollgate.CodeNotFound, "there is no account action %q", action)
+	}
+	http.Redirect(w, r, "/console/accounts/"+id+"?done="+action, http.StatusSeeOther)
+	return nil
+}
+
+type opNodeRow struct {
+	Model, Class, Node, Upstream string
+	Healthy                      bool
+	Inflight, Max, Failures      int64
+}
+
+type opServiceData struct {
+	Nodes          []opNodeRow
+	Network, Total int64
+	Share          string
+	Audit          *auditRun
+}
+
+func (op *Operator) service(w http.ResponseWriter, r *http.Request) error {
+	var d opServiceData
+	if op.o.Catalog != nil {
+		for _, m := range op.o.Catalog().Models {
+			for _, b := range m.Backends {
+				for _, n := range b.Nodes {
+					d.Nodes = append(d.Nodes, opNodeRow{Model: m.ID, Class: string(b.Class), Node: cmp.Or(n.Name, n.BaseURL), Upstream: b.UpstreamModel,
+						Healthy: n.Healthy(), Inflight: n.Inflight(), Max: n.MaxConcurrent, Failures: n.Failures()})
+				}
+			}
+		}
+	}
+	if op.o.Uptime != nil {
+		var err error
+		if d.Network, d.Total, err = op.o.Uptime.Uptime(r.Context()); err != nil {
+			return err
+		}
+	}
+	d.Share = "no traffic yet (counts as 1)"
+	if d.Total > 0 {
+		d.Share = itoa(d.Network*100/d.Total) + "% (" + groupDigits(d.Network) + " of " + groupDigits(d.Total) + " requests)"
+	}
+	op.mu.Lock()
+	d.Audit = op.lastAudit
+	op.mu.Unlock()
+	v := op.view(r, "Service", "service")
+	v.Data = d
+	if r.URL.Query().Get("done") == "audit" {
+		v.Notice = doneNotices["audit"]
+	}
+	return op.render(w, http.StatusOK, "op_service", v)
+}
+
+func (op *Operator) runAudit(w http.ResponseWriter, r *http.Request) error {
+	start := time.Now()
+	rep, err := billing.Audit(r.Context(), op.st, op.o.Now(), op.o.AuditGrace)
+	if err != nil {
+		return err
+	}
+	rep.Details = nil
+	op.mu.Lock()
+	op.lastAudit = &auditRun{Report: rep, Took: time.Since(start).Round(time.Millisecond)}
+	op.mu.Unlock()
+	op.o.Log.Info("audit run from the operator console", "ok", rep.OK, "problems", len(rep.Problems))
+	http.Redirect(w, r, "/console/service?done=audit", http.StatusSeeOther)
+	return nil
+}
+
+func atoiDefault(s string, def int) int {
+	n := 0
+	if s == "" {
+		return def
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' || n > 1_000_000 {
+			return def
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}

@@ -1,0 +1,174 @@
+package console
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
+)
+
+const adminToken = "s3cret-admin-token"
+
+// newOperator serves the operator's console beside the env's store.
+func newOperator(t *testing.T, e *env, token string) *browser {
+	op, err := NewOperator(e.st, OperatorOptions{Token: token, Catalog: e.con.o.Catalog, Uptime: uptime{3, 4},
+		APIBase: "http://api.example", Now: e.clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(op)
+	t.Cleanup(srv.Close)
+	b := e.browser(t)
+	b.e = &env{srv: srv, st: e.st, clock: e.clock}
+	return b
+}
+
+func (b *browser) operatorSignin(token string) page {
+	b.t.Helper()
+	p := b.get("/console/signin")
+	return b.post("/console/signin", url.Values{"csrf": {p.csrf(b.t)}, "token": {token}})
+}
+
+func TestOperatorNeedsTheToken(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := newOperator(t, e, adminToken)
+	for _, path := range []string{"/console/", "/console/service", "/console/accounts/" + e.acct.ID} {
+		if r := b.get(path); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/signin" {
+			t.Errorf("GET %s without signing in: %d %q", path, r.status, r.header.Get("Location"))
+		}
+	}
+	if r := b.post("/console/accounts/"+e.acct.ID+"/credit", url.Values{"amount": {"100"}}); r.status != http.StatusUnauthorized {
+		t.Errorf("credit without signing in: %d", r.status)
+	}
+	for _, tok := range []string{"", "wrong", adminToken + "x"} {
+		if r := b.operatorSignin(tok); r.status != http.StatusUnauthorized || r.code() != "unauthorized" {
+			t.Errorf("sign-in with %q: %d %s", tok, r.status, r.code())
+		}
+	}
+	// An account holder's session is not an operator's.
+	hb := e.signedIn(t)
+	for _, c := range hb.c.Jar.Cookies(mustURL(e.srv.URL + "/console/")) {
+		req, _ := http.NewRequest("GET", b.e.srv.URL+"/console/", nil)
+		req.AddCookie(&http.Cookie{Name: operatorCookie, Value: c.Value})
+		if r := b.do(req); r.status != http.StatusSeeOther {
+			t.Errorf("an account holder's cookie opened the operator console: %d", r.status)
+		}
+	}
+	if bal, _ := e.st.Balance(t.Context(), e.acct.ID); bal.Balance != tollgate.MustParseAmount("10") {
+		t.Errorf("balance moved without the token: %s", bal.Balance)
+	}
+	// No token configured: nobody signs in.
+	nb := newOperator(t, e, "")
+	if r := nb.operatorSignin(""); r.status != http.StatusUnauthorized {
+		t.Errorf("sign-in with no token configured: %d", r.status)
+	}
+}
+
+func mustURL(s string) *url.URL { u, _ := url.Parse(s); return u }
+
+func TestOperatorAccounts(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.newAccount(t, "zeta corp", "3")
+	b := newOperator(t, e, adminToken)
+	if r := b.operatorSignin(adminToken); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d %s", r.status, r.code())
+	}
+	list := b.get("/console/")
+	if list.status != 200 || !strings.Contains(list.body, "zeta corp") || !strings.Contains(list.body, e.acct.ID) || !strings.Contains(list.body, "10.00") {
+		t.Fatalf("accounts: %d\n%s", list.status, list.body)
+	}
+	if s := b.get("/console/?q=ZETA"); !strings.Contains(s.body, "zeta corp") || strings.Contains(s.body, e.acct.ID) {
+		t.Error("search by name did not narrow the list")
+	}
+	csrf := list.csrf(t)
+	if r := b.post("/console/accounts", url.Values{"name": {"no token"}}); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("create without the CSRF token: %d %s", r.status, r.code())
+	}
+	if r := b.post("/console/accounts", url.Values{"csrf": {csrf}, "name": {" "}}); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="name"`) {
+		t.Errorf("create without a name: %d %s", r.status, r.code())
+	}
+	r := b.post("/console/accounts", url.Values{"csrf": {csrf}, "name": {"new co"}})
+	loc := r.header.Get("Location")
+	id := regexp.MustCompile(`acct_[0-9A-Za-z]+`).FindString(loc)
+	if r.status != http.StatusSeeOther || id == "" {
+		t.Fatalf("create: %d %q", r.status, loc)
+	}
+	acct := "/console/accounts/" + id
+	if r := b.post(acct+"/credit", url.Values{"csrf": {csrf}, "amount": {"12.345"}, "note": {"invoice 7"}}); r.status != http.StatusSeeOther {
+		t.Fatalf("credit: %d %s", r.status, r.code())
+	}
+	if r := b.post(acct+"/debit", url.Values{"csrf": {csrf}, "amount": {"0.345"}, "note": {"refund"}}); r.status != http.StatusSeeOther {
+		t.Fatalf("debit: %d %s", r.status, r.code())
+	}
+	if r := b.post(acct+"/debit", url.Values{"csrf": {csrf}, "amount": {"100"}}); r.status != http.StatusPaymentRequired || r.code() != "insufficient_balance" {
+		t.Errorf("debit beyond the free balance: %d %s", r.status, r.code())
+	}
+	if r := b.post(acct+"/credit", url.Values{"csrf": {csrf}, "amount": {"-5"}}); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="amount"`) {
+		t.Errorf("negative credit: %d %s", r.status, r.code())
+	}
+	var notes []string
+	_ = e.st.Ledger(t.Context(), tollgate.UsageFilter{AccountID: id}, func(le tollgate.LedgerEntry) error {
+		notes = append(notes, string(le.Kind)+" "+le.Amount.String()+" "+le.Note)
+		return nil
+	})
+	if strings.Join(notes, "; ") != "credit 12.345 invoice 7; debit -0.345 refund" {
+		t.Errorf("ledger = %q", notes)
+	}
+	if p := b.get(acct + "?done=credit"); !strings.Contains(p.body, `id="balance">12.00 USD`) || !strings.Contains(p.body, "Credit posted.") {
+		t.Errorf("account page after the entries:\n%s", p.body)
+	}
+	if r := b.post(acct+"/disable", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("disable: %d", r.status)
+	}
+	if a, _ := e.st.Account(t.Context(), id); !a.Disabled {
+		t.Error("not disabled")
+	}
+	if r := b.post(acct+"/enable", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("enable: %d", r.status)
+	}
+	if a, _ := e.st.Account(t.Context(), id); a.Disabled {
+		t.Error("not enabled again")
+	}
+	inv := b.post(acct+"/invite", url.Values{"csrf": {csrf}})
+	link := regexp.MustCompile(`http://api\.example/console/invite\?token=(inv-[0-9A-Za-z]{32})`).FindStringSubmatch(inv.body)
+	if inv.status != http.StatusCreated || link == nil {
+		t.Fatalf("invite: %d\n%s", inv.status, inv.body)
+	}
+	if got, err := e.st.AcceptInvite(t.Context(), tollgate.HashKey(link[1]), "h", e.clock.now()); err != nil || got != id {
+		t.Errorf("the invitation shown does not work: %q %v", got, err)
+	}
+	if r := b.post("/console/accounts/acct_nope/credit", url.Values{"csrf": {csrf}, "amount": {"1"}}); r.status != http.StatusNotFound {
+		t.Errorf("credit of a missing account: %d", r.status)
+	}
+	if r := b.post("/console/signout", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", r.status)
+	}
+	if r := b.get("/console/"); r.status != http.StatusSeeOther {
+		t.Errorf("after sign-out: %d", r.status)
+	}
+}
+
+func TestOperatorService(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.charge(t, e.key, "tg-chat", 5, e.clock.now())
+	b := newOperator(t, e, adminToken)
+	b.operatorSignin(adminToken)
+	p := b.get("/console/service")
+	if p.status != 200 || strings.Count(p.body, `status-active">up`) != 3 || !strings.Contains(p.body, "75% (3 of 4 requests)") ||
+		!strings.Contains(p.body, "Not run from this console") {
+		t.Fatalf("service: %d\n%s", p.status, p.body)
+	}
+	if r := b.post("/console/service/audit", url.Values{"csrf": {p.csrf(t)}}); r.status != http.StatusSeeOther {
+		t.Fatalf("run audit: %d %s", r.status, r.code())
+	}
+	after := b.get("/console/service?done=audit")
+	rep, _ := billing.Audit(t.Context(), e.st, e.clock.now(), 0)
+	if !rep.OK || !regexp.MustCompile(`id="audit-result" class="status-active">OK at [^:]+:\d\d UTC: 1 accounts`).MatchString(after.body) {
+		t.Errorf("audit result not shown:\n%s", after.body)
+	}
+}

@@ -1,0 +1,173 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// view is what every page's template gets.
+type view struct {
+	Title string
+	Nav   string // the active section
+	// Operator: a page of the operator's console (the admin listener).
+	Operator bool
+	Account  *tollgate.Account
+	CSRF     string
+	Error    *tollgate.Error
+	Notice   string
+	Data     any
+}
+
+// publicView is the view of a page shown before sign-in.
+func (c *Console) publicView(w http.ResponseWriter, r *http.Request, title string) *view {
+	return &view{Title: title, CSRF: c.formToken(w, r)}
+}
+
+// accountView is the view of a signed-in page.
+func (c *Console) accountView(r *http.Request, title, nav string) *view {
+	req := current(r)
+	return &view{Title: title, Nav: nav, Account: &req.account, CSRF: sessionCSRF(req.token)}
+}
+
+// render executes a page into a buffer first, so a template error becomes
+// a 500 rather than half a page.
+func (c *Console) render(w http.ResponseWriter, status int, page string, v *view) error {
+	var buf bytes.Buffer
+	if err := c.pages[page].Execute(&buf, v); err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	if h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-store")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+	return nil
+}
+
+// fail renders an error page with the error's status and stable code.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var te *tollgate.Error
+	if !errors.As(err, &te) {
+		c.o.Log.Error("console", "path", r.URL.Path, "err", err)
+		te = tollgate.Errorf(tollgate.CodeInternal, "something went wrong on our side; try again")
+	}
+	v := &view{Title: "Error", Error: te}
+	if req := current(r); req != nil {
+		v.Account = &req.account
+		v.CSRF = sessionCSRF(req.token)
+	}
+	if oq := opCurrent(r); oq != nil {
+		v.Operator, v.Nav, v.CSRF = true, "error", sessionCSRF(oq.token)
+	}
+	if rerr := c.render(w, statusOf(te.Code), "error", v); rerr != nil {
+		http.Error(w, te.Message, statusOf(te.Code))
+	}
+}
+
+var funcs = template.FuncMap{
+	"usd":   usd,
+	"usd12": fixed12,
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04 UTC")
+	},
+	"date": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.DateOnly)
+	},
+	"int": func(n int64) string { return groupDigits(n) },
+}
+
+// fixed12 is an amount with all 12 decimals: what a request cost exactly.
+func fixed12(a tollgate.Amount) string {
+	n := int64(a)
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	frac := strconv.FormatInt(n%1_000_000_000_000, 10)
+	for len(frac) < 12 {
+		frac = "0" + frac
+	}
+	return sign + strconv.FormatInt(n/1_000_000_000_000, 10) + "." + frac
+}
+
+// usd is an amount for a balance: the exact decimal, with at least cents.
+func usd(a tollgate.Amount) string {
+	s := a.String()
+	dot := -1
+	for i := range len(s) {
+		if s[i] == '.' {
+			dot = i
+		}
+	}
+	switch {
+	case dot < 0:
+		return s + ".00"
+	case len(s)-dot == 2:
+		return s + "0"
+	}
+	return s
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// groupDigits writes 1234567 as 1,234,567.
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := false
+	if n < 0 {
+		neg, s = true, s[1:]
+	}
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// statusOf is the HTTP status of the codes the console answers with (the
+// same as the API's).
+func statusOf(c tollgate.Code) int {
+	switch c {
+	case tollgate.CodeInvalidRequest:
+		return http.StatusBadRequest
+	case tollgate.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case tollgate.CodeInsufficientBalance:
+		return http.StatusPaymentRequired
+	case tollgate.CodeAccountDisabled:
+		return http.StatusForbidden
+	case tollgate.CodeNotFound:
+		return http.StatusNotFound
+	case tollgate.CodeConflict:
+		return http.StatusConflict
+	case tollgate.CodeRateLimitExceeded:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+func asError(err error, te **tollgate.Error) bool { return errors.As(err, te) }
+
+func urlEscape(s string) string { return url.QueryEscape(s) }

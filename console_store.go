@@ -1,0 +1,110 @@
+package tollgate
+
+import (
+	"context"
+	"time"
+)
+
+// The console's records (package console, docs/console.md): invitations an
+// operator issues to an account holder, the holder's password, and sign-in
+// sessions. Tokens are 32 random base62 characters like API keys, so they
+// are stored as their SHA-256 (KeyHash) for the same reason.
+
+// ConsoleInvite is a one-time invitation to set an account's console password.
+type ConsoleInvite struct {
+	AccountID string
+	Created   time.Time
+	Expires   time.Time
+}
+
+// ConsoleSession is a signed-in account holder.
+type ConsoleSession struct {
+	AccountID string
+	Created   time.Time
+	Expires   time.Time
+	// PlaygroundKey is the id of the short-lived key created for this
+	// session's playground ("" until the playground is first opened); it is
+	// revoked at sign-out.
+	PlaygroundKey string
+}
+
+// KeyUsage is what one key has been charged; LastUsed is the time of the
+// charge recorded last.
+type KeyUsage struct {
+	KeyID    string
+	Requests int64
+	Spent    Amount
+	LastUsed time.Time // zero: never used
+}
+
+// ChargeDay is the charges of one key on one model and backend class in one
+// UTC day, summed as `tollgate usage` sums them.
+type ChargeDay struct {
+	Day              time.Time // midnight UTC
+	KeyID            string
+	Model            string
+	Class            BackendClass
+	Requests         int64
+	PromptTokens     int64
+	CompletionTokens int64
+	CachedTokens     int64
+	ReasoningTokens  int64
+	Estimated        int64 // requests whose tokens were counted locally
+	Searches         int64
+	Cost             Amount // charged (−sum of the entries' amounts)
+	Uncollected      Amount
+}
+
+// ConsoleStore keeps the console's invitations, passwords and sessions, and
+// answers the console's two reads the billing store has no shape for.
+type ConsoleStore interface {
+	// CreateInvite stores an invitation under the hash of its token;
+	// ErrNotFound if the account does not exist.
+	CreateInvite(ctx context.Context, h KeyHash, inv ConsoleInvite) error
+	// AcceptInvite uses up the invitation (once, before it expires) and sets
+	// the account's password hash, atomically; ErrNotFound when there is no
+	// such unused, unexpired invitation.
+	AcceptInvite(ctx context.Context, h KeyHash, passwordHash string, now time.Time) (accountID string, err error)
+	// PasswordHash returns the account's encoded password hash; ErrNotFound
+	// when none was set.
+	PasswordHash(ctx context.Context, accountID string) (string, error)
+	// CreateSession stores a session under the hash of its token (and
+	// deletes the account's expired sessions).
+	CreateSession(ctx context.Context, h KeyHash, s ConsoleSession) error
+	// Session returns the session; ErrNotFound when none or expired at now.
+	Session(ctx context.Context, h KeyHash, now time.Time) (ConsoleSession, error)
+	// SetSessionKey records the session's playground key.
+	SetSessionKey(ctx context.Context, h KeyHash, keyID string) error
+	// DeleteSession removes the session and returns it; ErrNotFound if none.
+	DeleteSession(ctx context.Context, h KeyHash) (ConsoleSession, error)
+	// KeyUsage returns what each of the account's keys was charged (zero
+	// for a key never used).
+	KeyUsage(ctx context.Context, accountID string) ([]KeyUsage, error)
+	// DailyCharges sums the charges matching f (an account is required) by
+	// UTC day, key, model and backend class, oldest day first: what the
+	// console's chart and CSV export read, without a row per request.
+	DailyCharges(ctx context.Context, f UsageFilter) ([]ChargeDay, error)
+	// RecentCharges returns charges matching f, newest first, skipping
+	// offset and returning at most limit.
+	RecentCharges(ctx context.Context, f UsageFilter, offset, limit int) ([]LedgerEntry, error)
+}
+
+// InviteTTL is how long an invitation stays usable.
+const InviteTTL = 72 * time.Hour
+
+// IssueInvite creates a one-time invitation for the account and returns its
+// token (the secret part of the link, shown once) and when it expires.
+func IssueInvite(ctx context.Context, st interface {
+	CreateInvite(ctx context.Context, h KeyHash, inv ConsoleInvite) error
+}, accountID string, now time.Time) (token string, expires time.Time, err error) {
+	token = "inv-" + randomBase62(32)
+	now = now.UTC().Truncate(time.Microsecond)
+	expires = now.Add(InviteTTL)
+	if err := st.CreateInvite(ctx, HashKey(token), ConsoleInvite{AccountID: accountID, Created: now, Expires: expires}); err != nil {
+		return "", time.Time{}, err
+	}
+	return token, expires, nil
+}
+
+// InvitePath is the console page where an invitation's token is used.
+func InvitePath(token string) string { return "/console/invite?token=" + token }

@@ -1,0 +1,158 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// runConsole runs the console's store tests (tollgate.ConsoleStore).
+func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s BillingStore, c tollgate.ConsoleStore)
+	}{
+		{"Invite", testConsoleInvite},
+		{"Sessions", testConsoleSessions},
+		{"KeyUsageAndRecent", testConsoleKeyUsage},
+	}
+	for _, tc := range tests {
+		t.Run("Console"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t)
+			c, ok := s.(tollgate.ConsoleStore)
+			if !ok {
+				t.Fatal("the store does not implement tollgate.ConsoleStore")
+			}
+			tc.fn(t, s.(BillingStore), c)
+		})
+	}
+}
+
+func testConsoleInvite(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	a, _ := fundedKey(t, s, usd("1"), nil)
+	tok := tollgate.HashKey(tollgate.NewKeySecret())
+	if err := c.CreateInvite(ctx(t), tok, tollgate.ConsoleInvite{AccountID: "acct_nope", Created: t0, Expires: t0.Add(time.Hour)}); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("invite for a missing account: %v, want ErrNotFound", err)
+	}
+	if _, err := c.PasswordHash(ctx(t), a.ID); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("password before any: %v, want ErrNotFound", err)
+	}
+	if err := c.CreateInvite(ctx(t), tok, tollgate.ConsoleInvite{AccountID: a.ID, Created: t0, Expires: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AcceptInvite(ctx(t), tok, "h1", t0.Add(time.Hour)); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("accept at expiry: %v, want ErrNotFound", err)
+	}
+	got, err := c.AcceptInvite(ctx(t), tok, "h1", t0.Add(time.Minute))
+	if err != nil || got != a.ID {
+		t.Fatalf("accept = %q, %v; want %s", got, err, a.ID)
+	}
+	if _, err := c.AcceptInvite(ctx(t), tok, "h2", t0.Add(2*time.Minute)); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("second accept: %v, want ErrNotFound", err)
+	}
+	if h, err := c.PasswordHash(ctx(t), a.ID); err != nil || h != "h1" {
+		t.Errorf("password = %q, %v; want h1", h, err)
+	}
+	// A second invitation replaces the password.
+	tok2 := tollgate.HashKey(tollgate.NewKeySecret())
+	if err := c.CreateInvite(ctx(t), tok2, tollgate.ConsoleInvite{AccountID: a.ID, Created: t0, Expires: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AcceptInvite(ctx(t), tok2, "h3", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := c.PasswordHash(ctx(t), a.ID); h != "h3" {
+		t.Errorf("password after a second invitation = %q, want h3", h)
+	}
+}
+
+func testConsoleSessions(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	old, cur := tollgate.HashKey(tollgate.NewKeySecret()), tollgate.HashKey(tollgate.NewKeySecret())
+	if err := c.CreateSession(ctx(t), old, tollgate.ConsoleSession{AccountID: a.ID, Created: t0, Expires: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Session(ctx(t), old, t0.Add(time.Hour)); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("session at expiry: %v, want ErrNotFound", err)
+	}
+	later := t0.Add(2 * time.Hour)
+	if err := c.CreateSession(ctx(t), cur, tollgate.ConsoleSession{AccountID: a.ID, Created: later, Expires: later.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// Creating the new session deleted the expired one.
+	if _, err := c.DeleteSession(ctx(t), old); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("expired session still stored: %v", err)
+	}
+	got, err := c.Session(ctx(t), cur, later)
+	if err != nil || got.AccountID != a.ID || !got.Created.Equal(later.Truncate(time.Microsecond)) || got.PlaygroundKey != "" {
+		t.Fatalf("session = %+v, %v", got, err)
+	}
+	if err := c.SetSessionKey(ctx(t), cur, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.DeleteSession(ctx(t), cur)
+	if err != nil || got.PlaygroundKey != k.ID {
+		t.Errorf("deleted session = %+v, %v; want playground key %s", got, err, k.ID)
+	}
+	if _, err := c.Session(ctx(t), cur, later); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("session after delete: %v", err)
+	}
+	if err := c.SetSessionKey(ctx(t), cur, k.ID); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("set key of a deleted session: %v", err)
+	}
+}
+
+func testConsoleKeyUsage(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	a, k1 := fundedKey(t, s, usd("10"), nil)
+	k2, _ := newKey(t, s, a.ID, nil)
+	var last time.Time
+	for i, k := range []tollgate.Key{k1, k1, k2} {
+		last = t0.Add(time.Duration(i) * time.Minute)
+		h := holdOp(a, k, usd("0.5"), last)
+		apply(t, s, h, settleOp(h, usd("0.000000000007"), last))
+	}
+	us, err := c.KeyUsage(ctx(t), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]tollgate.KeyUsage{}
+	for _, u := range us {
+		byKey[u.KeyID] = u
+	}
+	if u := byKey[k1.ID]; u.Requests != 2 || u.Spent != usd("0.000000000014") || !u.LastUsed.Equal(t0.Add(time.Minute).Truncate(time.Microsecond)) {
+		t.Errorf("usage of k1 = %+v", u)
+	}
+	if u := byKey[k2.ID]; u.Requests != 1 || u.Spent != usd("0.000000000007") {
+		t.Errorf("usage of k2 = %+v", u)
+	}
+	es, err := c.RecentCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID}, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].Charge == nil || es[0].Charge.KeyID != k2.ID || !es[0].Time.Equal(last.Truncate(time.Microsecond)) || es[1].Charge.KeyID != k1.ID {
+		t.Fatalf("recent = %+v, want k2's then k1's newest", es)
+	}
+	es, err = c.RecentCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, KeyID: k1.ID}, 1, 10)
+	if err != nil || len(es) != 1 || !es[0].Time.Equal(t0.Truncate(time.Microsecond)) {
+		t.Errorf("recent of k1 from the second = %+v, %v; want k1's first charge", es, err)
+	}
+	days, err := c.DailyCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tollgate.ChargeDay{Day: t0.Truncate(24 * time.Hour), KeyID: k1.ID, Model: "m", Class: tollgate.ClassNetwork, Requests: 2,
+		PromptTokens: 200, CompletionTokens: 40, CachedTokens: 14, ReasoningTokens: 10, Estimated: 2, Cost: usd("0.000000000014")}
+	if len(days) != 2 || (days[0] != want && days[1] != want) {
+		t.Errorf("daily charges = %+v, want among them %+v", days, want)
+	}
+	if days, err := c.DailyCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, Since: t0.Add(2 * time.Minute)}); err != nil || len(days) != 1 || days[0].KeyID != k2.ID {
+		t.Errorf("daily charges since the last = %+v, %v", days, err)
+	}
+	es, err = c.RecentCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, Model: "other"}, 0, 10)
+	if err != nil || len(es) != 0 {
+		t.Errorf("recent of another model = %+v, %v", es, err)
+	}
+}

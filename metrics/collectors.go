@@ -1,0 +1,128 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/billing"
+)
+
+// NodeStat is one model node as a scrape sees it.
+type NodeStat struct {
+	Name, Class   string
+	Healthy       bool
+	Outstanding   int64 // requests in flight on the node
+	MaxConcurrent int64 // 0: unlimited
+	Failures      int64 // failed requests and probes counted against the node, since start
+	TakenOut      int64 // times the node was taken out of rotation (probe or outlier), since start
+}
+
+// NodeSource lists the nodes of the catalogue in force (relay.Relay).
+type NodeSource interface {
+	NodeStats() []NodeStat
+}
+
+// BillingSource reports the biller's counters (billing.Biller).
+type BillingSource interface {
+	Stats() billing.Stats
+}
+
+var (
+	nodeLabels  = []string{"node", "class"}
+	descNodeUp  = prometheus.NewDesc(Namespace+"_node_up", "1 when the node is in rotation (healthy and not ejected), else 0.", nodeLabels, nil)
+	descNodeOut = prometheus.NewDesc(Namespace+"_node_outstanding_requests", "Requests in flight on the node.", nodeLabels, nil)
+	descNodeMax = prometheus.NewDesc(Namespace+"_node_max_concurrent", "The node's max_concurrent (0: unlimited).", nodeLabels, nil)
+	descNodeErr = prometheus.NewDesc(Namespace+"_node_failures_total", "Failed requests and health probes counted against the node.", nodeLabels, nil)
+	descNodeEj  = prometheus.NewDesc(Namespace+"_node_taken_out_total", "Times the node was taken out of rotation (failed probes, failures on real requests).", nodeLabels, nil)
+)
+
+// NodeCollector reads the nodes at scrape time.
+type NodeCollector struct{ Source NodeSource }
+
+func (c NodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodeUp, descNodeOut, descNodeMax, descNodeErr, descNodeEj} {
+		ch <- d
+	}
+}
+
+// Collect reports each node; nodes that share a name and class (every
+// fallback backend is a node named "fallback") are summed into one series,
+// up only when all of them are.
+func (c NodeCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ name, class string }
+	merged := map[key]*NodeStat{}
+	var order []key
+	for _, n := range c.Source.NodeStats() {
+		k := key{n.Name, n.Class}
+		if m := merged[k]; m != nil {
+			m.Healthy = m.Healthy && n.Healthy
+			m.Outstanding += n.Outstanding
+			m.MaxConcurrent += n.MaxConcurrent
+			m.Failures += n.Failures
+			m.TakenOut += n.TakenOut
+			continue
+		}
+		n := n
+		merged[k] = &n
+		order = append(order, k)
+	}
+	for _, k := range order {
+		n := merged[k]
+		up := 0.0
+		if n.Healthy {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descNodeUp, prometheus.GaugeValue, up, n.Name, n.Class)
+		ch <- prometheus.MustNewConstMetric(descNodeOut, prometheus.GaugeValue, float64(n.Outstanding), n.Name, n.Class)
+		ch <- prometheus.MustNewConstMetric(descNodeMax, prometheus.GaugeValue, float64(n.MaxConcurrent), n.Name, n.Class)
+		ch <- prometheus.MustNewConstMetric(descNodeErr, prometheus.CounterValue, float64(n.Failures), n.Name, n.Class)
+		ch <- prometheus.MustNewConstMetric(descNodeEj, prometheus.CounterValue, float64(n.TakenOut), n.Name, n.Class)
+	}
+}
+
+func billingDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(Namespace+"_billing_"+name, help, nil, nil)
+}
+
+var (
+	descHolds       = billingDesc("holds_total", "Holds placed (balance reserved before a backend call).")
+	descRefused     = billingDesc("holds_refused_total", "Holds refused: insufficient balance, a key's spend or rate limit (requests_total's code says which).")
+	descSettled     = billingDesc("settled_total", "Requests charged.")
+	descReleased    = billingDesc("released_total", "Holds released without a charge.")
+	descSwept       = billingDesc("swept_total", "Holds of dead instances released by the sweeper.")
+	descBatches     = billingDesc("batches_total", "Store transactions written by the billing batcher.")
+	descOps         = billingDesc("batch_operations_total", "Billing operations written in batches.")
+	descWriting     = billingDesc("batch_write_seconds_total", "Time spent writing billing batches to the store (the store's latency; divide by batches_total for the mean).")
+	descWaiting     = billingDesc("operation_wait_seconds_total", "Time operations waited from hand-over to their batch's commit, summed (divide by batch_operations_total for the mean settle/hold latency).")
+	descUncollected = billingDesc("uncollected_total", "Charges where the backend reported more than the hold and the free balance covered.")
+	descUncollAmt   = billingDesc("uncollected_usd_total", "USD that could not be collected (approximate; the ledger's uncollected column is exact).")
+	descJournaled   = billingDesc("journaled_total", "Settles answered from the charge journal before their commit.")
+)
+
+// BillingCollector reads the biller's counters at scrape time.
+type BillingCollector struct{ Source BillingSource }
+
+func (c BillingCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHolds, descRefused, descSettled, descReleased, descSwept, descBatches, descOps,
+		descWriting, descWaiting, descUncollected, descUncollAmt, descJournaled} {
+		ch <- d
+	}
+}
+
+func (c BillingCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.Source.Stats()
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	counter(descHolds, float64(s.Holds))
+	counter(descRefused, float64(s.Refused))
+	counter(descSettled, float64(s.Settled))
+	counter(descReleased, float64(s.Released))
+	counter(descSwept, float64(s.Swept))
+	counter(descBatches, float64(s.Batches))
+	counter(descOps, float64(s.Ops))
+	counter(descWriting, s.Writing.Seconds())
+	counter(descWaiting, s.Waiting.Seconds())
+	counter(descUncollected, float64(s.Uncollected))
+	counter(descUncollAmt, float64(s.UncollectedAmount)/1e12) // picodollars to USD, approximately
+	counter(descJournaled, float64(s.Journaled))
+}

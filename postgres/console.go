@@ -1,0 +1,228 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate"
+)
+
+// The console's invitations, passwords and sessions (tollgate.ConsoleStore).
+
+var _ tollgate.ConsoleStore = (*DB)(nil)
+
+// CreateInvite stores an invitation; ErrNotFound if the account does not exist.
+func (db *DB) CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate.ConsoleInvite) error {
+	_, err := db.pool.Exec(ctx, `INSERT INTO console_invites (hash, account_id, created, expires) VALUES ($1, $2, $3, $4)`,
+		h.String(), inv.AccountID, inv.Created, inv.Expires)
+	if pgCode(err) == foreignKeyViolation {
+		return fmt.Errorf("account %s: %w", inv.AccountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: create invite for %s: %w", inv.AccountID, err)
+	}
+	return nil
+}
+
+// AcceptInvite uses up the invitation and sets the account's password, in
+// one statement.
+func (db *DB) AcceptInvite(ctx context.Context, h tollgate.KeyHash, passwordHash string, now time.Time) (string, error) {
+	var acct string
+	err := db.pool.QueryRow(ctx, `WITH used AS (
+			UPDATE console_invites SET used = $3 WHERE hash = $1 AND used IS NULL AND expires > $3 RETURNING account_id),
+		set AS (INSERT INTO console_passwords (account_id, hash, updated) SELECT account_id, $2, $3 FROM used
+			ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated)
+		SELECT account_id FROM used`, h.String(), passwordHash, now).Scan(&acct)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("invitation: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("postgres: accept invitation: %w", err)
+	}
+	return acct, nil
+}
+
+// PasswordHash returns the account's encoded password hash.
+func (db *DB) PasswordHash(ctx context.Context, accountID string) (string, error) {
+	var h string
+	err := db.pool.QueryRow(ctx, `SELECT hash FROM console_passwords WHERE account_id = $1`, accountID).Scan(&h)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("password of %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("postgres: password of %s: %w", accountID, err)
+	}
+	return h, nil
+}
+
+// CreateSession stores a session and deletes the account's expired ones.
+func (db *DB) CreateSession(ctx context.Context, h tollgate.KeyHash, s tollgate.ConsoleSession) error {
+	_, err := db.pool.Exec(ctx, `WITH gone AS (DELETE FROM console_sessions WHERE account_id = $2 AND expires <= $3)
+		INSERT INTO console_sessions (hash, account_id, created, expires, playground_key) VALUES ($1, $2, $3, $4, $5)`,
+		h.String(), s.AccountID, s.Created, s.Expires, s.PlaygroundKey)
+	if pgCode(err) == foreignKeyViolation {
+		return fmt.Errorf("account %s: %w", s.AccountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: create session: %w", err)
+	}
+	return nil
+}
+
+func scanSession(row pgx.Row) (tollgate.ConsoleSession, error) {
+	var s tollgate.ConsoleSession
+	err := row.Scan(&s.AccountID, &s.Created, &s.Expires, &s.PlaygroundKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("postgres: session: %w", err)
+	}
+	s.Created, s.Expires = s.Created.UTC(), s.Expires.UTC()
+	return s, nil
+}
+
+// Session returns an unexpired session.
+func (db *DB) Session(ctx context.Context, h tollgate.KeyHash, now time.Time) (tollgate.ConsoleSession, error) {
+	return scanSession(db.pool.QueryRow(ctx, `SELECT account_id, created, expires, playground_key FROM console_sessions
+		WHERE hash = $1 AND expires > $2`, h.String(), now))
+}
+
+// SetSessionKey records the session's playground key.
+func (db *DB) SetSessionKey(ctx context.Context, h tollgate.KeyHash, keyID string) error {
+	tag, err := db.pool.Exec(ctx, `UPDATE console_sessions SET playground_key = $2 WHERE hash = $1`, h.String(), keyID)
+	if err != nil {
+		return fmt.Errorf("postgres: set session key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteSession removes the session and returns it.
+func (db *DB) DeleteSession(ctx context.Context, h tollgate.KeyHash) (tollgate.ConsoleSession, error) {
+	return scanSession(db.pool.QueryRow(ctx, `DELETE FROM console_sessions WHERE hash = $1
+		RETURNING account_id, created, expires, playground_key`, h.String()))
+}
+
+// KeyUsage returns the usage of each of the account's keys: the key's
+// spent total, its charges counted on the ledger's key index, and the time
+// of its latest charge.
+func (db *DB) KeyUsage(ctx context.Context, accountID string) ([]tollgate.KeyUsage, error) {
+	rows, err := db.pool.Query(ctx, `SELECT k.id, k.spent,
+		(SELECT count(*) FROM ledger l WHERE l.key_id = k.id),
+		(SELECT l.time FROM ledger l WHERE l.key_id = k.id ORDER BY l.seq DESC LIMIT 1)
+		FROM api_keys k WHERE k.account_id = $1`, accountID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: key usage: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.KeyUsage, error) {
+		var u tollgate.KeyUsage
+		var spent int64
+		var last *time.Time
+		err := r.Scan(&u.KeyID, &spent, &u.Requests, &last)
+		u.Spent, u.LastUsed = tollgate.Amount(spent), fromNullTime(last)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: key usage: %w", err)
+	}
+	if out == nil {
+		out = []tollgate.KeyUsage{}
+	}
+	return out, nil
+}
+
+// RecentCharges returns charges matching f, newest first.
+func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset, limit int) ([]tollgate.LedgerEntry, error) {
+	if f.AccountID == "" {
+		return nil, errors.New("postgres: recent charges: an account is required")
+	}
+	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE account_id = $1 AND kind = 'charge'`
+	args := []any{f.AccountID}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if f.KeyID != "" {
+		add("key_id = $%d", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = $%d", f.Model)
+	}
+	if f.Class != "" {
+		add("class = $%d", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("time < $%d", f.Until)
+	}
+	q += fmt.Sprintf(` ORDER BY time DESC, seq DESC LIMIT $%d OFFSET $%d`, len(args)+1, len(args)+2)
+	rows, err := db.pool.Query(ctx, q, append(args, limit, offset)...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: recent charges: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: recent charges: %w", err)
+	}
+	return out, nil
+}
+
+// DailyCharges sums the account's charges by UTC day, key, model and class.
+func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollgate.ChargeDay, error) {
+	if f.AccountID == "" {
+		return nil, errors.New("postgres: daily charges: an account is required")
+	}
+	q := `SELECT floor(extract(epoch FROM time) / 86400)::bigint AS day, coalesce(key_id, ''), coalesce(model, ''), coalesce(class, ''),
+		count(*), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint, sum(reasoning_tokens)::bigint,
+		count(*) FILTER (WHERE estimated), sum(searches)::bigint, -sum(amount)::bigint, sum(uncollected)::bigint
+		FROM ledger WHERE account_id = $1 AND kind = 'charge'`
+	args := []any{f.AccountID}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if f.KeyID != "" {
+		add("key_id = $%d", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = $%d", f.Model)
+	}
+	if f.Class != "" {
+		add("class = $%d", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("time < $%d", f.Until)
+	}
+	rows, err := db.pool.Query(ctx, q+` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: daily charges: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.ChargeDay, error) {
+		var d tollgate.ChargeDay
+		var day, cost, unc int64
+		var class string
+		err := r.Scan(&day, &d.KeyID, &d.Model, &class, &d.Requests, &d.PromptTokens, &d.CompletionTokens, &d.CachedTokens,
+			&d.ReasoningTokens, &d.Estimated, &d.Searches, &cost, &unc)
+		d.Day, d.Class, d.Cost, d.Uncollected = time.Unix(day*86400, 0).UTC(), tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: daily charges: %w", err)
+	}
+	if out == nil {
+		out = []tollgate.ChargeDay{}
+	}
+	return out, nil
+}

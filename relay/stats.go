@@ -1,0 +1,43 @@
+package relay
+
+import "github.com/tollgate/tollgate/metrics"
+
+// NodeStats reports every node of the catalogue in force, for metrics
+// (read at scrape time; nothing on the request path).
+func (r *Relay) NodeStats() []metrics.NodeStat {
+	now := r.now()
+	nodes := r.catalog.Load().Nodes()
+	out := make([]metrics.NodeStat, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, metrics.NodeStat{
+			Name: n.Name, Class: string(n.Class),
+			Healthy:       n.Healthy() && !n.Ejected(now),
+			Outstanding:   n.Inflight(),
+			MaxConcurrent: n.MaxConcurrent,
+			Failures:      n.failedTotal.Load(),
+			TakenOut:      n.takenOut.Load(),
+		})
+	}
+	return out
+}
+
+// Unservable lists the models none of whose nodes is in rotation (up by its
+// probes and not ejected): readiness reports them.
+func (r *Relay) Unservable() []string {
+	now := r.now()
+	var out []string
+	for _, m := range r.catalog.Load().Models {
+		ok := false
+		for _, b := range m.Backends {
+			for _, n := range b.Nodes {
+				if n.Healthy() && !n.Ejected(now) {
+					ok = true
+				}
+			}
+		}
+		if !ok {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}

@@ -1,0 +1,252 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// The console's invitations, passwords and sessions (tollgate.ConsoleStore).
+
+var _ tollgate.ConsoleStore = (*DB)(nil)
+
+// CreateInvite stores an invitation; ErrNotFound if the account does not exist.
+func (db *DB) CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate.ConsoleInvite) error {
+	_, err := db.execDurable(ctx, `INSERT INTO console_invites (hash, account_id, created, expires) VALUES (?, ?, ?, ?)`,
+		h.String(), inv.AccountID, toMicros(inv.Created), toMicros(inv.Expires))
+	if isForeignKey(err) {
+		return fmt.Errorf("account %s: %w", inv.AccountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: create invite for %s: %w", inv.AccountID, err)
+	}
+	return nil
+}
+
+// AcceptInvite uses up the invitation and sets the account's password.
+func (db *DB) AcceptInvite(ctx context.Context, h tollgate.KeyHash, passwordHash string, now time.Time) (string, error) {
+	var acct string
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `UPDATE console_invites SET used = ? WHERE hash = ? AND used IS NULL AND expires > ? RETURNING account_id`,
+			toMicros(now), h.String(), toMicros(now)).Scan(&acct)
+		if errors.Is(err, sql.ErrNoRows) {
+			return tollgate.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO console_passwords (account_id, hash, updated) VALUES (?, ?, ?)
+			ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated`, acct, passwordHash, toMicros(now))
+		return err
+	})
+	if errors.Is(err, tollgate.ErrNotFound) {
+		return "", fmt.Errorf("invitation: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("sqlite: accept invitation: %w", err)
+	}
+	return acct, nil
+}
+
+// PasswordHash returns the account's encoded password hash.
+func (db *DB) PasswordHash(ctx context.Context, accountID string) (string, error) {
+	var h string
+	err := db.r.QueryRowContext(ctx, `SELECT hash FROM console_passwords WHERE account_id = ?`, accountID).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("password of %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("sqlite: password of %s: %w", accountID, err)
+	}
+	return h, nil
+}
+
+// CreateSession stores a session and deletes the account's expired ones.
+func (db *DB) CreateSession(ctx context.Context, h tollgate.KeyHash, s tollgate.ConsoleSession) error {
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM console_sessions WHERE account_id = ? AND expires <= ?`,
+			s.AccountID, toMicros(s.Created)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO console_sessions (hash, account_id, created, expires, playground_key) VALUES (?, ?, ?, ?, ?)`,
+			h.String(), s.AccountID, toMicros(s.Created), toMicros(s.Expires), s.PlaygroundKey)
+		return err
+	})
+	if isForeignKey(err) {
+		return fmt.Errorf("account %s: %w", s.AccountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: create session: %w", err)
+	}
+	return nil
+}
+
+// Session returns an unexpired session.
+func (db *DB) Session(ctx context.Context, h tollgate.KeyHash, now time.Time) (tollgate.ConsoleSession, error) {
+	var s tollgate.ConsoleSession
+	var created, expires int64
+	err := db.r.QueryRowContext(ctx, `SELECT account_id, created, expires, playground_key FROM console_sessions WHERE hash = ? AND expires > ?`,
+		h.String(), toMicros(now)).Scan(&s.AccountID, &created, &expires, &s.PlaygroundKey)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("sqlite: session: %w", err)
+	}
+	s.Created, s.Expires = fromMicros(created), fromMicros(expires)
+	return s, nil
+}
+
+// SetSessionKey records the session's playground key.
+func (db *DB) SetSessionKey(ctx context.Context, h tollgate.KeyHash, keyID string) error {
+	res, err := db.execDurable(ctx, `UPDATE console_sessions SET playground_key = ? WHERE hash = ?`, keyID, h.String())
+	if err != nil {
+		return fmt.Errorf("sqlite: set session key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteSession removes the session and returns it.
+func (db *DB) DeleteSession(ctx context.Context, h tollgate.KeyHash) (tollgate.ConsoleSession, error) {
+	var s tollgate.ConsoleSession
+	var created, expires int64
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `DELETE FROM console_sessions WHERE hash = ? RETURNING account_id, created, expires, playground_key`,
+			h.String()).Scan(&s.AccountID, &created, &expires, &s.PlaygroundKey)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("sqlite: delete session: %w", err)
+	}
+	s.Created, s.Expires = fromMicros(created), fromMicros(expires)
+	return s, nil
+}
+
+// KeyUsage returns the usage of each of the account's keys: the key's
+// spent total, its charges counted on the ledger's key index alone, and the
+// time of its latest charge (one index probe).
+func (db *DB) KeyUsage(ctx context.Context, accountID string) ([]tollgate.KeyUsage, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT k.id, k.spent,
+		(SELECT count(*) FROM ledger l WHERE l.key_id = k.id),
+		(SELECT l.time FROM ledger l WHERE l.key_id = k.id ORDER BY l.seq DESC LIMIT 1)
+		FROM api_keys k WHERE k.account_id = ?`, accountID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: key usage: %w", err)
+	}
+	defer rows.Close()
+	out := []tollgate.KeyUsage{}
+	for rows.Next() {
+		var u tollgate.KeyUsage
+		var spent int64
+		var last sql.NullInt64
+		if err := rows.Scan(&u.KeyID, &spent, &u.Requests, &last); err != nil {
+			return nil, fmt.Errorf("sqlite: key usage: %w", err)
+		}
+		u.Spent, u.LastUsed = tollgate.Amount(spent), fromNullMicros(last)
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: key usage: %w", err)
+	}
+	return out, nil
+}
+
+// RecentCharges returns charges matching f, newest first.
+func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset, limit int) ([]tollgate.LedgerEntry, error) {
+	if f.AccountID == "" {
+		return nil, errors.New("sqlite: recent charges: an account is required")
+	}
+	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE account_id = ? AND kind = 'charge'`
+	args := []any{f.AccountID}
+	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
+	if f.KeyID != "" {
+		add("key_id = ?", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = ?", f.Model)
+	}
+	if f.Class != "" {
+		add("class = ?", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= ?", toMicros(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", toMicros(f.Until))
+	}
+	rows, err := db.r.QueryContext(ctx, q+` ORDER BY time DESC, seq DESC LIMIT ? OFFSET ?`, append(args, limit, offset)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+	}
+	defer rows.Close()
+	out := make([]tollgate.LedgerEntry, 0, limit)
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+	}
+	return out, nil
+}
+
+// DailyCharges sums the account's charges by UTC day, key, model and class.
+func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollgate.ChargeDay, error) {
+	if f.AccountID == "" {
+		return nil, errors.New("sqlite: daily charges: an account is required")
+	}
+	q := `SELECT time / 86400000000 AS day, coalesce(key_id, ''), coalesce(model, ''), coalesce(class, ''), count(*),
+		sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens), sum(reasoning_tokens), sum(estimated), sum(searches),
+		-sum(amount), sum(uncollected)
+		FROM ledger WHERE account_id = ? AND kind = 'charge'`
+	args := []any{f.AccountID}
+	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
+	if f.KeyID != "" {
+		add("key_id = ?", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = ?", f.Model)
+	}
+	if f.Class != "" {
+		add("class = ?", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= ?", toMicros(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", toMicros(f.Until))
+	}
+	rows, err := db.r.QueryContext(ctx, q+` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: daily charges: %w", err)
+	}
+	defer rows.Close()
+	out := []tollgate.ChargeDay{}
+	for rows.Next() {
+		var d tollgate.ChargeDay
+		var day, cost, unc int64
+		var class string
+		if err := rows.Scan(&day, &d.KeyID, &d.Model, &class, &d.Requests, &d.PromptTokens, &d.CompletionTokens, &d.CachedTokens,
+			&d.ReasoningTokens, &d.Estimated, &d.Searches, &cost, &unc); err != nil {
+			return nil, fmt.Errorf("sqlite: daily charges: %w", err)
+		}
+		d.Day, d.Class, d.Cost, d.Uncollected = time.Unix(day*86400, 0).UTC(), tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: daily charges: %w", err)
+	}
+	return out, nil
+}
