@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/openai"
 )
 
@@ -219,4 +220,12 @@ func (x *exchange) retryRoute(pr *prefixRoute) *prefixRoute {
 	}
 	*pr = prefixRoute{hashes: x.prefixHashes, now: x.r.now().UnixNano(), stats: &x.r.prefixStats, retry: true}
 	return pr
+}
+
+// PrefixMetrics is PrefixStats for the metrics collector (read at scrape
+// time; nothing on the request path).
+func (r *Relay) PrefixMetrics() metrics.PrefixStat {
+	s := r.PrefixStats()
+	return metrics.PrefixStat{Hits: s.Hits, Fallbacks: s.Fallbacks, Misses: s.Misses, PromptBlocks: s.PromptBlocks,
+		MatchedBlocks: s.MatchedBlocks, IndexBlocks: s.IndexBlocks, IndexBytes: s.IndexBytes}
 }
