@@ -223,7 +223,34 @@ type Backend struct {
 	KeyEnv        string         `yaml:"key_env"`
 	Flavour       openai.Flavour `yaml:"flavour"`
 	MaxConcurrent int64          `yaml:"max_concurrent"`
+
+	// Routing of a network backend over its nodes: RoutingPrefixCache
+	// (the default) or RoutingLeastOutstanding (docs/config.md#routing).
+	Routing string `yaml:"routing"`
+	// PrefixMargin is how many more requests in flight than the least
+	// loaded node the node with the longest matching prefix may have and
+	// still be chosen (prefix_cache; default DefaultPrefixMargin).
+	PrefixMargin *int64 `yaml:"prefix_margin"`
+	// PrefixIndexTokens bounds each node's prefix index, in prompt tokens
+	// (4 bytes each; default 1,000,000); PrefixTTL forgets a prefix not
+	// sent again within it (default 10m).
+	PrefixIndexTokens int64    `yaml:"prefix_index_tokens"`
+	PrefixTTL         Duration `yaml:"prefix_ttl"`
 }
+
+// Routing policies of a network backend.
+const (
+	RoutingPrefixCache      = "prefix_cache"
+	RoutingLeastOutstanding = "least_outstanding"
+	// RoutingRoundRobin takes the able nodes in turn whatever their load
+	// (a baseline for measurements; nodes of equal speed).
+	RoutingRoundRobin = "round_robin"
+	// DefaultRouting is the policy of a backend that does not name one
+	// (docs/decisions.md: measured in docs/performance.md).
+	DefaultRouting = RoutingPrefixCache
+	// DefaultPrefixMargin is prefix_margin's default.
+	DefaultPrefixMargin = 6
+)
 
 // Rates are decimal strings in USD per 1M tokens (at most 6 decimals).
 type Rates struct {
@@ -609,6 +636,25 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 			}
 			nd.Key = resolveKey(nk+".key_env", nd.KeyEnv)
 		}
+		switch b.Routing {
+		case "":
+			b.Routing = DefaultRouting
+		case RoutingPrefixCache, RoutingLeastOutstanding, RoutingRoundRobin:
+		default:
+			bad(key+".routing", "%q is not a routing policy (prefix_cache, least_outstanding, round_robin)", b.Routing)
+		}
+		if b.PrefixMargin == nil {
+			d := int64(DefaultPrefixMargin)
+			b.PrefixMargin = &d
+		} else if *b.PrefixMargin < 0 {
+			bad(key+".prefix_margin", "must not be negative")
+		}
+		if b.PrefixIndexTokens < 0 {
+			bad(key+".prefix_index_tokens", "must not be negative")
+		}
+		if b.PrefixTTL < 0 {
+			bad(key+".prefix_ttl", "want a duration such as \"10m\"")
+		}
 	case tollgate.ClassFallback:
 		if len(b.Nodes) != 0 {
 			bad(key+".nodes", "a fallback backend is one upstream: use url, key_env and flavour instead of nodes")
@@ -622,6 +668,9 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		}
 		if b.MaxConcurrent < 0 {
 			bad(key+".max_concurrent", "must not be negative")
+		}
+		if b.Routing != "" || b.PrefixMargin != nil || b.PrefixIndexTokens != 0 || b.PrefixTTL != 0 {
+			bad(key+".routing", "routing and the prefix_* keys belong to a network backend (a fallback is one upstream)")
 		}
 		k := resolveKey(key+".key_env", b.KeyEnv)
 		// A fallback is modelled as a one-node pool so routing treats both classes alike.

@@ -370,3 +370,38 @@ func TestListenTLSAndRequestBody(t *testing.T) {
 		}
 	}
 }
+
+func TestRoutingDefaultsAndValidation(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	c, err := Parse([]byte(minimal), ".", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Models[0].Backends[0]
+	if b.Routing != DefaultRouting || b.PrefixMargin == nil || *b.PrefixMargin != DefaultPrefixMargin {
+		t.Fatalf("routing %q margin %v", b.Routing, b.PrefixMargin)
+	}
+	text := strings.Replace(minimal, "        capabilities: [tools]\n",
+		"        capabilities: [tools]\n        routing: least_outstanding\n        prefix_margin: 0\n        prefix_index_tokens: 5000\n        prefix_ttl: 1m\n", 1)
+	if c, err = Parse([]byte(text), ".", e); err != nil {
+		t.Fatal(err)
+	}
+	b = c.Models[0].Backends[0]
+	if b.Routing != RoutingLeastOutstanding || *b.PrefixMargin != 0 || b.PrefixIndexTokens != 5000 || b.PrefixTTL.D() != time.Minute {
+		t.Fatalf("parsed %+v", b)
+	}
+	for _, c := range []struct{ add, want string }{
+		{"routing: sticky", `backends[0].routing: "sticky" is not a routing policy`},
+		{"prefix_margin: -1", `backends[0].prefix_margin: must not be negative`},
+		{"prefix_index_tokens: -5", `backends[0].prefix_index_tokens: must not be negative`},
+	} {
+		text := strings.Replace(minimal, "        capabilities: [tools]\n", "        capabilities: [tools]\n        "+c.add+"\n", 1)
+		if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.add, err, c.want)
+		}
+	}
+	text = strings.Replace(minimal, "        flavour: openrouter\n", "        flavour: openrouter\n        routing: prefix_cache\n", 1)
+	if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), "backends[1].routing") {
+		t.Errorf("routing on a fallback: %v", err)
+	}
+}

@@ -126,3 +126,42 @@ func (c BillingCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descUncollAmt, float64(s.UncollectedAmount)/1e12) // picodollars to USD, approximately
 	counter(descJournaled, float64(s.Journaled))
 }
+
+// PrefixStat is prefix-cache routing as a scrape sees it (relay.PrefixStats).
+type PrefixStat struct {
+	Hits, Fallbacks, Misses     int64 // requests routed by prefix_cache, by outcome
+	PromptBlocks, MatchedBlocks int64 // their prompts' blocks, and those the chosen node held
+	IndexBlocks, IndexBytes     int64 // the nodes' prefix indexes now
+}
+
+// PrefixSource reports prefix-cache routing (relay.Relay).
+type PrefixSource interface {
+	PrefixMetrics() PrefixStat
+}
+
+var (
+	descPrefixRouted  = prometheus.NewDesc(Namespace+"_prefix_routed_total", "Requests routed by prefix_cache: hit (to the node with the longest matching prefix), fallback (that node too loaded: least outstanding), miss (no node held any block).", []string{"outcome"}, nil)
+	descPrefixBlocks  = prometheus.NewDesc(Namespace+"_prefix_blocks_total", "Blocks of those requests' prompts (kind prompt) and those the chosen node held (kind matched): matched / prompt is the matched share.", []string{"kind"}, nil)
+	descPrefixIndex   = prometheus.NewDesc(Namespace+"_prefix_index_blocks", "Blocks held by the nodes' prefix indexes now.", nil, nil)
+	descPrefixIndexMB = prometheus.NewDesc(Namespace+"_prefix_index_bytes", "Memory of the nodes' prefix indexes now (an estimate).", nil, nil)
+)
+
+// PrefixCollector reads prefix routing's counters at scrape time.
+type PrefixCollector struct{ Source PrefixSource }
+
+func (c PrefixCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPrefixRouted, descPrefixBlocks, descPrefixIndex, descPrefixIndexMB} {
+		ch <- d
+	}
+}
+
+func (c PrefixCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.Source.PrefixMetrics()
+	ch <- prometheus.MustNewConstMetric(descPrefixRouted, prometheus.CounterValue, float64(s.Hits), "hit")
+	ch <- prometheus.MustNewConstMetric(descPrefixRouted, prometheus.CounterValue, float64(s.Fallbacks), "fallback")
+	ch <- prometheus.MustNewConstMetric(descPrefixRouted, prometheus.CounterValue, float64(s.Misses), "miss")
+	ch <- prometheus.MustNewConstMetric(descPrefixBlocks, prometheus.CounterValue, float64(s.PromptBlocks), "prompt")
+	ch <- prometheus.MustNewConstMetric(descPrefixBlocks, prometheus.CounterValue, float64(s.MatchedBlocks), "matched")
+	ch <- prometheus.MustNewConstMetric(descPrefixIndex, prometheus.GaugeValue, float64(s.IndexBlocks))
+	ch <- prometheus.MustNewConstMetric(descPrefixIndexMB, prometheus.GaugeValue, float64(s.IndexBytes))
+}

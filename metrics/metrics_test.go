@@ -16,6 +16,10 @@ type nodes []NodeStat
 
 func (n nodes) NodeStats() []NodeStat { return n }
 
+type prefix PrefixStat
+
+func (p prefix) PrefixMetrics() PrefixStat { return PrefixStat(p) }
+
 type bill billing.Stats
 
 func (b bill) Stats() billing.Stats { return billing.Stats(b) }
@@ -36,7 +40,8 @@ func TestObserveRequest(t *testing.T) {
 	m := New(Build{Version: "v1.2.3", Commit: "abc", GoVersion: "go1.26"})
 	m.Registry.MustRegister(NodeCollector{nodes{{Name: "gpu-a", Class: "network", Healthy: true, Outstanding: 3, MaxConcurrent: 8, Failures: 2, TakenOut: 1},
 		{Name: "fallback", Class: "fallback", Healthy: true, Outstanding: 2}, {Name: "fallback", Class: "fallback", Healthy: false, Outstanding: 5}}},
-		BillingCollector{bill{Holds: 5, Refused: 1, Batches: 2, Writing: 3 * time.Millisecond, UncollectedAmount: 1_500_000_000_000}})
+		BillingCollector{bill{Holds: 5, Refused: 1, Batches: 2, Writing: 3 * time.Millisecond, UncollectedAmount: 1_500_000_000_000}},
+		PrefixCollector{prefix{Hits: 7, Fallbacks: 2, Misses: 1, PromptBlocks: 100, MatchedBlocks: 60, IndexBlocks: 50, IndexBytes: 2400}})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Stream: true, Duration: 2 * time.Second,
 		TTFT: 300 * time.Millisecond, PromptTokens: 10, CompletionTokens: 20, CachedTokens: 4, CostUSD: 0.25, Searches: 1})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Duration: time.Second, PromptTokens: 1, CompletionTokens: 2})
@@ -64,6 +69,10 @@ func TestObserveRequest(t *testing.T) {
 		`tollgate_node_outstanding_requests{class="fallback",node="fallback"} 7`,
 		`tollgate_node_up{class="fallback",node="fallback"} 0`,
 		`tollgate_billing_holds_refused_total 1`,
+		`tollgate_prefix_routed_total{outcome="hit"} 7`,
+		`tollgate_prefix_routed_total{outcome="fallback"} 2`,
+		`tollgate_prefix_blocks_total{kind="matched"} 60`,
+		`tollgate_prefix_index_bytes 2400`,
 		`tollgate_billing_batch_write_seconds_total 0.003`,
 		`tollgate_billing_uncollected_usd_total 1.5`,
 		`go_goroutines `,

@@ -48,6 +48,12 @@ type Backend struct {
 	Caps          tollgate.Capabilities
 	Prices        tollgate.Prices
 	Nodes         []*Node
+	// Routing is how a network backend spreads requests over its nodes
+	// (config.RoutingLeastOutstanding or config.RoutingPrefixCache), and
+	// PrefixMargin the requests in flight the node with the longest
+	// matching prefix may have beyond the least loaded node's (prefix.go).
+	Routing      string
+	PrefixMargin int64
 }
 
 // Node is one upstream server. Its health and load are shared by every
@@ -73,6 +79,10 @@ type Node struct {
 	nameHdr               []string // X-Tollgate-Node's value, shared by every response
 	h1Once                sync.Once
 	h1                    atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
+	// prefix records the prompt prefixes recently sent to the node, for
+	// prefix-cache routing (prefix.go). It goes with the node: a node the
+	// config removes or replaces takes its index with it.
+	prefix prefixIndex
 }
 
 // Dials is how many connections the node's synchronous client has opened
@@ -140,7 +150,11 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens), SearchPrice: mc.SearchPrice}
 		for i := range mc.Backends {
 			bc := &mc.Backends[i]
-			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices}
+			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices,
+				Routing: bc.Routing}
+			if bc.PrefixMargin != nil {
+				b.PrefixMargin = *bc.PrefixMargin
+			}
 			// Web search is served by tollgate itself: with a search
 			// provider configured, every backend that can call tools can
 			// take part (the model calls tollgate's search function).
@@ -171,6 +185,9 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 					n.MaxConcurrent = nc.MaxConcurrent
 					n.Flavour = nc.Flavour
 					n.HealthURL = healthURL
+				}
+				if b.Routing == config.RoutingPrefixCache {
+					n.prefix.configure(bc.PrefixIndexTokens, bc.PrefixTTL.D())
 				}
 				b.Nodes = append(b.Nodes, n)
 			}

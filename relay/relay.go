@@ -86,15 +86,17 @@ type Relay struct {
 	client  *http.Client
 	dialer  *net.Dialer
 	picker  picker
-	opts    Options
-	traffic TrafficCounter
-	biller  tollgate.Biller
-	search  Searcher
-	streams Gauge
-	tracer  trace.Tracer
-	log     *slog.Logger
-	now     func() time.Time
-	bufs    sync.Pool
+	// prefixStats count prefix-cache routing decisions (prefix.go).
+	prefixStats prefixCounters
+	opts        Options
+	traffic     TrafficCounter
+	biller      tollgate.Biller
+	search      Searcher
+	streams     Gauge
+	tracer      trace.Tracer
+	log         *slog.Logger
+	now         func() time.Time
+	bufs        sync.Pool
 }
 
 // New builds a relay.
@@ -225,7 +227,9 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	if able, err = honouring(m, able, cr); err != nil {
 		return err
 	}
-	b, node, err := r.picker.route(m, able, nil)
+	var pr prefixRoute
+	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
+	defer pr.done()
 	if err != nil {
 		return err
 	}
@@ -247,7 +251,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context()}
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes}
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
@@ -330,10 +334,11 @@ type exchange struct {
 	settled        bool
 	// Tracing (trace.go): the request's span context (the parent of the
 	// hold and settle spans), the backend call's span and its traceparent.
-	spanCtx     context.Context
-	backendSpan trace.Span
-	traceparent string
-	searches    int64 // web searches that ran (search requests only)
+	spanCtx      context.Context
+	backendSpan  trace.Span
+	traceparent  string
+	searches     int64    // web searches that ran (search requests only)
+	prefixHashes []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
@@ -423,7 +428,8 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			x.node.reportUnreachable(x.r.opts.Health, true, x.r.now())
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
-				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node); n != nil {
+				var rp prefixRoute
+				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node, x.retryRoute(&rp)); n != nil {
 					x.node.release()
 					x.nodeMu.Lock()
 					x.node = n

@@ -44,13 +44,15 @@ type picker struct{ rr atomic.Uint64 }
 // pick returns a backend of class among able and one of its nodes with a
 // slot acquired (the caller must release it), or nil if none is free.
 // exclude skips a node that already refused a connection for this request.
-func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Node) (*Backend, *Node) {
+// pr, when not nil, prefers the node holding the longest prefix (prefix.go).
+func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Node, pr *prefixRoute) (*Backend, *Node) {
 	start := int(p.rr.Add(1))
 	var now int64 // read once, and only if a node has been ejected
 	for attempt := 0; attempt < 4; attempt++ {
 		var best *Node
 		var bestB *Backend
 		bestLoad := int64(-1)
+		pr.begin()
 		for _, b := range able {
 			if b.Class != class {
 				continue
@@ -68,12 +70,15 @@ func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Nod
 				if bestLoad < 0 || load < bestLoad {
 					best, bestB, bestLoad = n, b, load
 				}
+				pr.consider(b, n, load)
 			}
 		}
 		if best == nil {
 			return nil, nil
 		}
+		bestB, best = pr.choose(best, bestB, bestLoad)
 		if best.tryAcquire() {
+			pr.record(bestB, best)
 			return bestB, best
 		}
 		// Lost a race for the last slot: look again.
@@ -83,11 +88,11 @@ func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Nod
 
 // route picks the network when a healthy, not ejected node with free capacity exists,
 // else the fallback, else backend_unavailable.
-func (p *picker) route(m *Model, able []*Backend, exclude *Node) (*Backend, *Node, error) {
-	if b, n := p.pick(able, tollgate.ClassNetwork, exclude); n != nil {
+func (p *picker) route(m *Model, able []*Backend, exclude *Node, pr *prefixRoute) (*Backend, *Node, error) {
+	if b, n := p.pick(able, tollgate.ClassNetwork, exclude, pr); n != nil {
 		return b, n, nil
 	}
-	if b, n := p.pick(able, tollgate.ClassFallback, exclude); n != nil {
+	if b, n := p.pick(able, tollgate.ClassFallback, exclude, nil); n != nil {
 		return b, n, nil
 	}
 	return nil, nil, &tollgate.Error{

@@ -33,7 +33,7 @@ func TestRouteLeastOutstandingThenFallback(t *testing.T) {
 	var p picker
 	var got []string
 	for i := 0; i < 5; i++ {
-		_, n, err := p.route(m, able, nil)
+		_, n, err := p.route(m, able, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,11 +44,11 @@ func TestRouteLeastOutstandingThenFallback(t *testing.T) {
 		t.Fatalf("picks %v, inflight a=%d b=%d", got, a.Inflight(), b.Inflight())
 	}
 	a.release()
-	if _, n, _ := p.route(m, able, nil); n != a {
+	if _, n, _ := p.route(m, able, nil, nil); n != a {
 		t.Fatalf("freed slot on a not used: %s", n.Name)
 	}
 	f.MaxConcurrent = 1
-	if _, _, err := p.route(m, able, nil); tollgate.ErrorCode(err) != tollgate.CodeBackendUnavailable {
+	if _, _, err := p.route(m, able, nil, nil); tollgate.ErrorCode(err) != tollgate.CodeBackendUnavailable {
 		t.Fatalf("all full: %v", err)
 	}
 }
@@ -65,7 +65,7 @@ func TestRouteNeverExceedsCapacityUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, err := p.route(m, able, nil); err == nil {
+			if _, _, err := p.route(m, able, nil, nil); err == nil {
 				mu.Lock()
 				served++
 				mu.Unlock()

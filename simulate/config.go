@@ -151,6 +151,9 @@ type Config struct {
 	MaxRecorded int
 
 	Behaviour Behaviour
+
+	// GPU adds a GPU's timing and prefix cache (gpu.go); off when zero.
+	GPU GPU
 }
 
 // override is a per-request change of Behaviour parsed from the switches.

@@ -20,14 +20,17 @@
 //	                          FaultMalformed, FaultNoUsage, FaultContextLength, FaultStreamError; ParseFault, Faults
 //	type Config struct        Flavour, Models, ModelPath, ContextLength, ReasoningField,
 //	                          NoTools, NoReasoning, NoImages, NoPDF, PromptPrice, CompletionPrice,
-//	                          MaxRecorded, Behaviour
+//	                          MaxRecorded, Behaviour, GPU
+//	type GPU struct           PrefixCacheTokens, PrefillTokensPerSec, DecodeTokensPerSec, MaxConcurrent
+//	type CacheStats struct    Requests, Hits, PromptTokens, CachedTokens, Blocks
+//	const CacheBlockTokens    16: the prefix cache's block
 //	type Behaviour struct     TTFT, TokenGap, OutputTokens, ReasoningTokens, AlwaysReason,
 //	                          NoToolCalls, ToolCalls, CachedTokens, Fault, FaultAfter, UsageOnLastDelta,
 //	                          NoSearch, Searches, SearchTurns, SearchFault, Cite, CiteForeign
 //	func New(Config) *Server
 //	func Start(Config) (*Running, error); func Listen(Config, addr string) (*Running, error)
 //	(*Server) ServeHTTP, Flavour, Behaviour, SetBehaviour, SetFault, Stats, Requests,
-//	          AllRequests, LastRequest, Reset, WaitStats, WaitIdle
+//	          AllRequests, LastRequest, Reset, WaitStats, WaitIdle, CacheStats
 //	(*Running) URL, Addr, RefuseConnections, Close, Shutdown (and every *Server method)
 //	type Stats struct         Requests, InFlight, OpenStreams, Cancelled, Completed
 //	type Recorded struct      Method, Path, Header, Body

@@ -36,6 +36,7 @@ type chatRequest struct {
 	images       int
 	files        int
 	lastUser     []byte // raw JSON text of the last user message's text parts
+	messagesRaw  []byte // the messages array as sent (the GPU's prefix cache hashes it)
 
 	// Web search state of the conversation (see websearch.go).
 	lastTool    bool     // the last message is a tool result
@@ -97,7 +98,11 @@ func parseChat(body []byte) (*chatRequest, error) {
 				return vs, &fieldError{"messages", "messages must be an array"}
 			}
 			r.hasMessages = true
-			return r.parseMessages(body, vs)
+			next, err := r.parseMessages(body, vs)
+			if err == nil {
+				r.messagesRaw = body[vs:next]
+			}
+			return next, err
 		case "stream":
 			next, err := skipValue(body, vs)
 			r.stream = err == nil && string(body[vs:next]) == "true"

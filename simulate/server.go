@@ -52,6 +52,7 @@ type Server struct {
 	all      []Recorded    // every request
 
 	bufs sync.Pool
+	gpu  *gpu // nil: no GPU timing or prefix cache
 }
 
 // New builds a simulated server. It panics on an unknown flavour (a
@@ -96,6 +97,7 @@ func New(cfg Config) *Server {
 	b := cfg.Behaviour
 	s.beh.Store(&b)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.gpu = newGPU(cfg.GPU)
 	return s
 }
 
@@ -440,6 +442,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		clientCalls = beh.ToolCalls
 	}
 	p := s.plan(req, beh, clientCalls)
+	if s.gpu != nil {
+		release, ok := s.gpu.admit(r.Context(), req, p, &beh, ov.cached || mov.cached)
+		defer release()
+		if !ok {
+			return
+		}
+	}
 	if req.stream {
 		done = s.stream(w, r, p, beh)
 		return

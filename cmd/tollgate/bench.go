@@ -97,13 +97,44 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	observability := fs.Bool("observability", false, "measure only what metrics and the request log cost: throughput with both on against both off, alternating, --rounds times")
 	obsRounds := fs.Int("rounds", 6, "with --observability: rounds per kind of request")
 	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as `tollgate serve` logs at level info) to this file; the default discards it")
+	workload := fs.String("workload", "", "instead of the serving phases: conversations through tollgate to simulated GPU nodes with prefix caches, once per routing policy; a comma list of multiturn, agent, unrelated, or all")
+	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared")
+	wlNodes := fs.Int("nodes", 4, "--workload: simulated GPU nodes")
+	wlSlots := fs.Int("node-slots", 16, "--workload: requests a node serves at once (its max_concurrent and the simulator's limit)")
+	wlCache := fs.Int("cache-tokens", 100_000, "--workload: each node's prefix cache, in tokens")
+	wlPrefill := fs.Float64("prefill-tokens-per-sec", 20_000, "--workload: each node's prefill rate of uncached prompt tokens")
+	wlDecode := fs.Float64("decode-tokens-per-sec", 100, "--workload: each answer's generation rate")
+	wlMargin := fs.Int64("prefix-margin", config.DefaultPrefixMargin, "--workload: prefix_margin of the prefix_cache policy")
+	wlThink := fs.Duration("think", 500*time.Millisecond, "--workload: mean pause between a conversation's requests (the user typing, the tool running), uniform over 0.5-1.5 times it")
+	wlSeed := fs.Uint64("seed", 1, "--workload: seed of the generated conversations (the same under every policy)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
+		fmt.Fprintln(c.stderr, "       tollgate bench --workload all [--duration 20s] [--concurrency 32] [--nodes 4]")
 		fmt.Fprintln(c.stderr, "\nMeasures tollgate against a direct simulator on loopback and prints the ratios.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return flagErr(err)
+	}
+	if *workload != "" {
+		mixes := strings.Split(*workload, ",")
+		if *workload == "all" {
+			mixes = []string{"multiturn", "agent", "unrelated"}
+		}
+		for _, m := range mixes {
+			if m != "multiturn" && m != "agent" && m != "unrelated" {
+				return usageError{fmt.Sprintf("--workload %q: want multiturn, agent, unrelated or all", m)}
+			}
+		}
+		pols := strings.Split(*policies, ",")
+		for _, p := range pols {
+			if p != config.RoutingRoundRobin && p != config.RoutingLeastOutstanding && p != config.RoutingPrefixCache {
+				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding or prefix_cache", p)}
+			}
+		}
+		return c.runWorkloads(ctx, workloadOpts{mixes: mixes, policies: pols, nodes: max(1, *wlNodes), clients: max(1, *conc),
+			duration: *dur, tokens: *tokens, slots: *wlSlots, cacheTokens: *wlCache, prefillRate: *wlPrefill,
+			decodeRate: *wlDecode, margin: *wlMargin, seed: *wlSeed, think: *wlThink})
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

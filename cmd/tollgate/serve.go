@@ -233,7 +233,7 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	if m.Metrics != nil {
-		m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay})
+		m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay}, metrics.PrefixCollector{Source: m.Relay})
 		if m.Biller != nil {
 			m.Metrics.Registry.MustRegister(metrics.BillingCollector{Source: m.Biller})
 		}

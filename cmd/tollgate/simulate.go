@@ -65,6 +65,10 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		inPrice   = fs.Float64("prompt-price", 1, "OpenRouter usage.cost: USD per million prompt tokens")
 		outPrice  = fs.Float64("completion-price", 2, "OpenRouter usage.cost: USD per million completion tokens")
 		noRecord  = fs.Bool("no-record", false, "do not keep received requests in memory")
+		cacheTok  = fs.Int("prefix-cache-tokens", 0, "GPU: prefix cache capacity in tokens, blocks of 16 (0: no cache; reports cached_tokens from it)")
+		prefill   = fs.Float64("prefill-tokens-per-sec", 0, "GPU: prefill rate of uncached prompt tokens, one prompt at a time (0: instant)")
+		decode    = fs.Float64("decode-tokens-per-sec", 0, "GPU: generation rate when --gap is 0 (0: no gap)")
+		maxConc   = fs.Int("max-concurrent", 0, "GPU: requests served at once; more wait their turn (0: unlimited)")
 		search    = fs.String("search", "", "serve a simulated search provider instead of a model server: searxng or brave")
 		token     = fs.String("search-token", "", "brave: the only X-Subscription-Token accepted (default: any non-empty token)")
 		noJSON    = fs.Bool("search-no-json", false, "searxng: JSON format not enabled (format=json answers 403)")
@@ -117,6 +121,8 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 			FaultAfter:       *after,
 			UsageOnLastDelta: *usageLast,
 		},
+		GPU: simulate.GPU{PrefixCacheTokens: *cacheTok, PrefillTokensPerSec: *prefill,
+			DecodeTokensPerSec: *decode, MaxConcurrent: *maxConc},
 	}
 	if *noRecord {
 		cfg.MaxRecorded = -1

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/simulate"
+)
+
+// workloadOpts are `tollgate bench --workload`'s settings: conversations
+// against simulated GPU nodes (simulate.GPU) through tollgate, once per
+// routing policy, each on fresh nodes and a fresh tollgate.
+type workloadOpts struct {
+	mixes       []string // multiturn, agent, unrelated
+	policies    []string // round_robin, least_outstanding, prefix_cache
+	nodes       int
+	clients     int
+	duration    time.Duration
+	tokens      int
+	slots       int
+	cacheTokens int
+	prefillRate float64
+	decodeRate  float64
+	margin      int64
+	seed        uint64
+	think       time.Duration // mean pause between a conversation's requests
+}
+
+// workloadResult is one policy on one mix.
+type workloadResult struct {
+	mix, policy  string
+	requests     int64
+	errors       int64
+	elapsed      time.Duration
+	ttft         []time.Duration
+	promptTokens int64
+	cachedTokens int64
+	perNode      []int64 // requests each node served
+	prefix       relay.PrefixStats
+}
+
+func (r *workloadResult) cachedShare() float64 {
+	if r.promptTokens == 0 {
+		return 0
+	}
+	return float64(r.cachedTokens) / float64(r.promptTokens)
+}
+
+func (r *workloadResult) meanTTFT() time.Duration {
+	if len(r.ttft) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range r.ttft {
+		sum += d
+	}
+	return sum / time.Duration(len(r.ttft))
+}
+
+// spread is the largest node's share of requests over the fair share
+// (1.00: perfectly even).
+func (r *workloadResult) spread() float64 {
+	var sum, top int64
+	for _, n := range r.perNode {
+		sum += n
+		top = max(top, n)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(top) / (float64(sum) / float64(len(r.perNode)))
+}
+
+func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
+	var all []workloadResult
+	for _, mix := range o.mixes {
+		for _, pol := range o.policies {
+			fmt.Fprintf(c.stderr, "%s, %s: %s with %d clients on %d nodes...\n", mix, pol, o.duration, o.clients, o.nodes)
+			r, err := runWorkload(ctx, o, mix, pol)
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", mix, pol, err)
+			}
+			all = append(all, r)
+		}
+	}
+	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "mix\tpolicy\trequests\terrors\treq/s\tprompt tok/s\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tspread (max/fair)\tper node\t")
+	for _, r := range all {
+		slices.Sort(r.ttft)
+		per := make([]string, len(r.perNode))
+		for i, n := range r.perNode {
+			per[i] = fmt.Sprint(n)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n", r.mix, r.policy, r.requests, r.errors,
+			float64(r.requests)/r.elapsed.Seconds(), float64(r.promptTokens)/r.elapsed.Seconds(), 100*r.cachedShare(),
+			r.meanTTFT().Round(time.Millisecond), pct(r.ttft, 0.5).Round(time.Millisecond), pct(r.ttft, 0.99).Round(time.Millisecond),
+			r.spread(), strings.Join(per, "/"))
+	}
+	w.Flush()
+	for _, r := range all {
+		if r.policy != config.RoutingPrefixCache {
+			continue
+		}
+		p := r.prefix
+		share := 0.0
+		if p.PromptBlocks > 0 {
+			share = 100 * float64(p.MatchedBlocks) / float64(p.PromptBlocks)
+		}
+		fmt.Fprintf(c.stdout, "%s, prefix_cache: %d routed by prefix: %d hits, %d fallbacks to load, %d misses; matched %.1f%% of blocks; index %d blocks, %d KB\n",
+			r.mix, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
+	}
+	return nil
+}
+
+// gpuGateway is tollgate in this process in front of simulated GPU nodes.
+type gpuGateway struct {
+	main   *Main
+	sims   []*simulate.Running
+	secret string // an API key
+	dir    string
+}
+
+func (g *gpuGateway) close() {
+	if g.main != nil {
+		g.main.Close(context.Background())
+	}
+	for _, s := range g.sims {
+		s.Close()
+	}
+	os.RemoveAll(g.dir)
+}
+
+// startGPUGateway starts o.nodes simulated vLLM nodes with o's GPU
+// settings and tollgate routing model "wl" over them by policy.
+func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (g *gpuGateway, err error) {
+	g = &gpuGateway{}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	var nodes strings.Builder
+	for i := 0; i < o.nodes; i++ {
+		s, err := simulate.Start(simulate.Config{Flavour: simulate.VLLM, Models: []string{"wl-up"}, MaxRecorded: -1,
+			ContextLength: 1 << 20, Behaviour: simulate.Behaviour{OutputTokens: o.tokens},
+			GPU: simulate.GPU{PrefixCacheTokens: o.cacheTokens, PrefillTokensPerSec: o.prefillRate,
+				DecodeTokensPerSec: o.decodeRate, MaxConcurrent: o.slots}})
+		if err != nil {
+			return g, err
+		}
+		g.sims = append(g.sims, s)
+		fmt.Fprintf(&nodes, "          - {name: gpu%d, url: \"%s/v1\", flavour: vllm, max_concurrent: %d}\n", i, s.URL(), o.slots)
+	}
+	if g.dir, err = os.MkdirTemp("", "tollgate-workload-"); err != nil {
+		return g, err
+	}
+	cfgText := fmt.Sprintf(`listen:
+  api: 127.0.0.1:0
+store:
+  sqlite: bench.db
+billing:
+  disabled: true
+health:
+  interval: "off"
+models:
+  - id: wl
+    kind: chat
+    context_length: 1048576
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: wl-up
+        capabilities: [tools]
+        rates: {input: "0.1", output: "0.4"}
+        routing: %s
+        prefix_margin: %d
+        prefix_index_tokens: %d
+        nodes:
+%s`, policy, o.margin, o.cacheTokens, nodes.String())
+	path := filepath.Join(g.dir, "tollgate.yaml")
+	if err := os.WriteFile(path, []byte(cfgText), 0o644); err != nil {
+		return g, err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return g, err
+	}
+	m := &Main{Config: cfg}
+	if err := m.Open(ctx); err != nil {
+		return g, err
+	}
+	g.main = m
+	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "bench", Balance: tollgate.Dollars(1_000_000), Created: time.Now().UTC()}
+	if err := m.Store.CreateAccount(ctx, acct); err != nil {
+		return g, err
+	}
+	g.secret = tollgate.NewKeySecret()
+	if err := m.Store.CreateKey(ctx, tollgate.Key{ID: tollgate.NewID("key_"), AccountID: acct.ID, Prefix: tollgate.DisplayPrefix(g.secret), Created: time.Now().UTC()}, tollgate.HashKey(g.secret)); err != nil {
+		return g, err
+	}
+	return g, nil
+}
+
+// runWorkload runs one mix under one policy on fresh nodes.
+func runWorkload(ctx context.Context, o workloadOpts, mix, policy string) (workloadResult, error) {
+	res := workloadResult{mix: mix, policy: policy}
+	g, err := startGPUGateway(ctx, o, policy)
+	if err != nil {
+		return res, err
+	}
+	defer g.close()
+	m, sims, secret := g.main, g.sims, g.secret
+	url := m.APIURL() + "/chat/completions"
+	client := newBenchClient()
+
+	var mu sync.Mutex
+	start := time.Now()
+	deadline := start.Add(o.duration)
+	var wg sync.WaitGroup
+	for w := 0; w < o.clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The same seeds under every policy: the same conversations.
+			rng := rand.New(rand.NewPCG(o.seed, uint64(w)))
+			var ttfts []time.Duration
+			var n, errs int64
+			for k := 0; time.Now().Before(deadline) && ctx.Err() == nil; k++ {
+				conv := newConversation(mix, rng, w, k)
+				for conv.next() && time.Now().Before(deadline) {
+					if conv.done > 1 && o.think > 0 {
+						// The user reading and typing, or the tool running:
+						// other conversations' requests reach the nodes meanwhile.
+						pause := time.Duration(float64(o.think) * (0.5 + rng.Float64()))
+						if time.Now().Add(pause).After(deadline) {
+							break
+						}
+						time.Sleep(pause)
+					}
+					body := conv.body()
+					t0 := time.Now()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+					req.Header.Set("Authorization", "Bearer "+secret)
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := client.Do(req)
+					if err != nil {
+						errs++
+						continue
+					}
+					first := readAnswer(resp.Body, true, t0, nil)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK || first == 0 {
+						errs++
+						continue
+					}
+					n++
+					ttfts = append(ttfts, first)
+				}
+			}
+			mu.Lock()
+			res.requests += n
+			res.errors += errs
+			res.ttft = append(res.ttft, ttfts...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	for _, s := range sims {
+		st := s.CacheStats()
+		res.promptTokens += st.PromptTokens
+		res.cachedTokens += st.CachedTokens
+		res.perNode = append(res.perNode, st.Requests)
+	}
+	res.prefix = m.Relay.PrefixStats()
+	return res, nil
+}
+
+// conversation is one client's sequence of requests that resend a growing
+// history: a chat (multiturn), a tool loop (agent), or one prompt
+// (unrelated).
+type conversation struct {
+	mix   string
+	rng   *rand.Rand
+	msgs  []string // JSON messages so far
+	tools string   // JSON tools array, or ""
+	turns int      // requests in this conversation
+	done  int
+}
+
+// Shared system prompts: conversations pick one of a few, as clients of a
+// product share its system prompt.
+var (
+	chatSystems  = makeSystems("chat", 4, 1200)
+	agentSystems = makeSystems("agent", 2, 4000)
+	agentTools   = makeTools()
+)
+
+func makeSystems(kind string, n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		rng := rand.New(rand.NewPCG(uint64(i), 77))
+		out[i] = fmt.Sprintf("You are %s assistant %d. ", kind, i) + words(rng, size)
+	}
+	return out
+}
+
+func makeTools() string {
+	rng := rand.New(rand.NewPCG(5, 5))
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < 6; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"type":"function","function":{"name":"tool_%d","description":%s,"parameters":{"type":"object","properties":{"arg":{"type":"string"}},"required":["arg"]}}}`, i, jsonString(words(rng, 250)))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+var vocabulary = strings.Fields(`the a of to and in is it that for on with as was at by an be this from or are but not have which
+gateway model token cache node prompt request answer tool result search file data value error time user system
+function return string number list map table query index block prefix history turn agent loop step plan check`)
+
+// words returns about size bytes of random words.
+func words(rng *rand.Rand, size int) string {
+	var b strings.Builder
+	for b.Len() < size {
+		b.WriteString(vocabulary[rng.IntN(len(vocabulary))])
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func msg(role, content string) string {
+	return `{"role":"` + role + `","content":` + jsonString(content) + `}`
+}
+
+func newConversation(mix string, rng *rand.Rand, worker, k int) *conversation {
+	c := &conversation{mix: mix, rng: rng}
+	switch mix {
+	case "multiturn":
+		c.turns = 6 + rng.IntN(15) // 6-20 turns
+		c.msgs = append(c.msgs, msg("system", chatSystems[rng.IntN(len(chatSystems))]))
+	case "agent":
+		c.turns = 6 + rng.IntN(11) // 6-16 steps
+		c.tools = agentTools
+		c.msgs = append(c.msgs, msg("system", agentSystems[rng.IntN(len(agentSystems))]),
+			msg("user", fmt.Sprintf("Task %d.%d: ", worker, k)+words(rng, 400+rng.IntN(800))))
+	default: // unrelated
+		c.turns = 1
+	}
+	return c
+}
+
+// next extends the history for the next request; false when the
+// conversation is over.
+func (c *conversation) next() bool {
+	if c.done >= c.turns {
+		return false
+	}
+	switch c.mix {
+	case "multiturn":
+		if c.done > 0 { // the previous answer, as the client keeps it
+			c.msgs = append(c.msgs, msg("assistant", words(c.rng, 800+c.rng.IntN(2400))))
+		}
+		c.msgs = append(c.msgs, msg("user", words(c.rng, 100+c.rng.IntN(1100))))
+	case "agent":
+		if c.done > 0 { // the model's tool call and its result
+			id := fmt.Sprintf("call_%d", c.done)
+			c.msgs = append(c.msgs,
+				`{"role":"assistant","content":null,"tool_calls":[{"id":"`+id+`","type":"function","function":{"name":"tool_1","arguments":`+jsonString(`{"arg":"`+words(c.rng, 60)+`"}`)+`}}]}`,
+				`{"role":"tool","tool_call_id":"`+id+`","content":`+jsonString(words(c.rng, 800+c.rng.IntN(2400)))+`}`)
+		}
+	default:
+		c.msgs = []string{msg("user", fmt.Sprintf("%x ", c.rng.Uint64())+words(c.rng, 1500+c.rng.IntN(4500)))}
+	}
+	c.done++
+	return true
+}
+
+func (c *conversation) body() string {
+	var b strings.Builder
+	b.WriteString(`{"model":"wl","stream":true,"stream_options":{"include_usage":true},"messages":[`)
+	b.WriteString(strings.Join(c.msgs, ","))
+	b.WriteByte(']')
+	if c.tools != "" {
+		b.WriteString(`,"tools":`)
+		b.WriteString(c.tools)
+		b.WriteString(`,"tool_choice":"none"`)
+	}
+	b.WriteByte('}')
+	return b.String()
+}

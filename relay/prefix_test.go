@@ -1,0 +1,305 @@
+package relay
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/openai"
+)
+
+// prefixModel is a model with one prefix-routed network backend over nodes.
+func prefixModel(margin int64, nodes ...*Node) (*Model, []*Backend) {
+	m, able := testModel(nodes...)
+	able[0].Routing = config.RoutingPrefixCache
+	able[0].PrefixMargin = margin
+	return m, able
+}
+
+func netNodes(k int, maxConc int64) []*Node {
+	var out []*Node
+	for i := 0; i < k; i++ {
+		out = append(out, &Node{Name: fmt.Sprint("n", i), Class: tollgate.ClassNetwork, MaxConcurrent: maxConc})
+	}
+	return out
+}
+
+// routeTurn routes one turn of a conversation as ServeChat does.
+func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *Model, able []*Backend, msgs []byte) *Node {
+	t.Helper()
+	pr := prefixRoute{hashes: hashPrefix(nil, m.ID, nil, msgs), now: time.Now().UnixNano(), stats: stats}
+	_, n, err := p.route(m, able, nil, &pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPrefixRoutingKeepsAConversationOnItsNode(t *testing.T) {
+	nodes := netNodes(4, 8)
+	m, able := prefixModel(2, nodes...)
+	var p picker
+	var st prefixCounters
+	// Eight conversations take turns, each request finishing before the
+	// next (no load): every conversation stays where its first turn went.
+	home := map[int]*Node{}
+	for turn := 1; turn <= 5; turn++ {
+		for c := 0; c < 8; c++ {
+			n := routeTurn(t, &p, &st, m, able, convo(fmt.Sprint("conversation ", c), turn, 300))
+			n.release()
+			if turn == 1 {
+				home[c] = n
+			} else if n != home[c] {
+				t.Fatalf("conversation %d turn %d went to %s, its earlier turns to %s", c, turn, n.Name, home[c].Name)
+			}
+		}
+	}
+	// The first turns spread over the nodes (nothing shared yet).
+	per := map[*Node]int{}
+	for _, n := range home {
+		per[n]++
+	}
+	if len(per) != 4 {
+		t.Fatalf("first turns on %d nodes, want all 4: %v", len(per), per)
+	}
+	if st.hits.Load() != 32 || st.requests.Load() != 40 || st.fallbacks.Load() != 0 {
+		t.Fatalf("hits %d requests %d fallbacks %d", st.hits.Load(), st.requests.Load(), st.fallbacks.Load())
+	}
+}
+
+func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
+	nodes := netNodes(3, 4)
+	m, able := prefixModel(2, nodes...)
+	var p picker
+	var st prefixCounters
+	first := routeTurn(t, &p, &st, m, able, convo("c", 1, 500))
+	first.release()
+
+	// Two more in flight than the others: within the margin, still chosen.
+	first.inflight.Add(2)
+	if n := routeTurn(t, &p, &st, m, able, convo("c", 2, 500)); n != first {
+		t.Fatalf("within the margin the turn went to %s, not %s", n.Name, first.Name)
+	}
+	// Three in flight against 0 elsewhere: beyond the margin of 2, the
+	// least loaded node takes it.
+	n := routeTurn(t, &p, &st, m, able, convo("c", 3, 500))
+	if n == first || st.fallbacks.Load() != 1 {
+		t.Fatalf("beyond the margin: went to %s (first %s), fallbacks %d", n.Name, first.Name, st.fallbacks.Load())
+	}
+	n.release()
+	first.inflight.Add(-3)
+
+	// Full (max_concurrent 4) is never chosen, however long its match.
+	d := routeTurn(t, &p, &st, m, able, convo("d", 1, 500))
+	d.release()
+	d.inflight.Add(4)
+	if n := routeTurn(t, &p, &st, m, able, convo("d", 2, 500)); n == d {
+		t.Fatal("a full node was chosen")
+	} else {
+		n.release()
+	}
+	d.inflight.Add(-4)
+	// Turn 4 of c goes where turn 3 went: that node holds the longest prefix.
+	if got := routeTurn(t, &p, &st, m, able, convo("c", 4, 500)); got != n {
+		t.Fatalf("turn 4 went to %s, turn 3 to %s", got.Name, n.Name)
+	} else {
+		got.release()
+	}
+	first = n
+
+	// Down: never chosen, and its index is dropped when seen down.
+	first.reportUnreachable(HealthPolicy{FailureThreshold: 1, BackoffMin: time.Minute, BackoffMax: time.Minute}, true, time.Now())
+	n = routeTurn(t, &p, &st, m, able, convo("c", 5, 500))
+	if n == first {
+		t.Fatal("a down node was chosen")
+	}
+	n.release()
+	var pr prefixRoute
+	r := &Relay{now: time.Now}
+	r.catalog.Store(&Catalog{Models: []*Model{m}})
+	if r.startPrefixRoute(&pr, m, chatReq(t, convo("c", 5, 500))) == nil {
+		t.Fatal("no prefix route for a long prompt")
+	}
+	pr.done()
+	if b, _ := first.prefix.size(); b != 0 {
+		t.Fatalf("the down node still indexes %d blocks", b)
+	}
+	// The conversation now lives on the node that took turn 5.
+	if got := routeTurn(t, &p, &st, m, able, convo("c", 6, 500)); got != n {
+		t.Fatalf("turn 6 went to %s, turn 5 to %s", got.Name, n.Name)
+	}
+}
+
+func TestPrefixRoutingSpreadsUnrelatedPrompts(t *testing.T) {
+	nodes := netNodes(4, 0)
+	m, able := prefixModel(2, nodes...)
+	var p picker
+	var st prefixCounters
+	// 400 unrelated prompts, 16 in flight at a time.
+	var inflight []*Node
+	for i := 0; i < 400; i++ {
+		inflight = append(inflight, routeTurn(t, &p, &st, m, able, convo(fmt.Sprint("unrelated ", i), 1, 1000)))
+		if len(inflight) == 16 {
+			for _, n := range inflight {
+				n.release()
+			}
+			inflight = inflight[:0]
+		}
+	}
+	per := map[string]int{}
+	for _, n := range nodes {
+		per[n.Name] = 0
+	}
+	// Count by the index: each prompt is recorded on the node that took it.
+	for _, n := range nodes {
+		b, _ := n.prefix.size()
+		per[n.Name] = b
+	}
+	lo, hi := 1<<30, 0
+	for _, v := range per {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if lo == 0 || float64(hi)/float64(lo) > 1.1 {
+		t.Fatalf("blocks per node %v: not even", per)
+	}
+	if st.misses.Load() != 400 {
+		t.Fatalf("misses %d of 400", st.misses.Load())
+	}
+}
+
+func TestPrefixRoutingOffForLeastOutstanding(t *testing.T) {
+	nodes := netNodes(2, 0)
+	m, able := testModel(nodes...) // Routing "": least outstanding
+	var p picker
+	var st prefixCounters
+	a := routeTurn(t, &p, &st, m, able, convo("c", 1, 500))
+	b := routeTurn(t, &p, &st, m, able, convo("c", 2, 500))
+	if a == b || st.requests.Load() != 0 {
+		t.Fatalf("least outstanding sent both to %s; counted %d", a.Name, st.requests.Load())
+	}
+	if n, _ := a.prefix.size(); n != 0 {
+		t.Fatal("a least_outstanding backend recorded prefixes")
+	}
+}
+
+func chatReq(t *testing.T, msgs []byte) *openai.ChatRequest {
+	t.Helper()
+	cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":` + string(msgs) + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
+}
+
+func TestRoundRobinIgnoresLoad(t *testing.T) {
+	nodes := netNodes(3, 2)
+	m, able := testModel(nodes...)
+	able[0].Routing = config.RoutingRoundRobin
+	var p picker
+	r := &Relay{now: time.Now}
+	count := map[*Node]int{}
+	for i := 0; i < 6; i++ {
+		var pr prefixRoute
+		_, n, err := p.route(m, able, nil, r.startPrefixRoute(&pr, m, chatReq(t, convo("x", 1, 10))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count[n]++
+		if i == 0 {
+			n.inflight.Add(-1) // the first node is idle again; rotation moves on anyway
+		}
+	}
+	for _, n := range nodes {
+		if count[n] != 2 {
+			t.Fatalf("round robin counts %v", count)
+		}
+	}
+}
+
+// A reload that keeps a node keeps its index; a node removed or replaced
+// takes its index with it, and routing never sees a stale one.
+func TestPrefixIndexAcrossReloads(t *testing.T) {
+	yaml := func(nodes string) *config.Config {
+		cfg, err := config.Parse([]byte(`
+listen: {api: "127.0.0.1:0"}
+store: {sqlite: data/t.db}
+models:
+  - id: m
+    kind: chat
+    context_length: 100000
+    max_output_tokens: 100
+    backends:
+      - class: network
+        upstream_model: up
+        rates: {input: "0.15", output: "0.6"}
+        nodes: [`+nodes+`]
+`), ".", func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a := `{name: a, url: "http://10.0.0.1:8000/v1"}`
+	b := `{name: b, url: "http://10.0.0.2:8000/v1"}`
+	c := `{name: c, url: "http://10.0.0.3:8000/v1"}`
+	cat := NewCatalog(yaml(a+","+b), nil)
+	if cat.Models[0].Backends[0].Routing != config.RoutingPrefixCache {
+		t.Fatalf("default routing %q", cat.Models[0].Backends[0].Routing)
+	}
+	r := New(cat, Options{}, Deps{})
+	msgs := convo("reload", 2, 800)
+	route := func() *Node {
+		t.Helper()
+		m, _ := r.Catalog().Lookup("m")
+		var pr prefixRoute
+		_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(&pr, m, chatReq(t, msgs)))
+		pr.done()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.release()
+		return n
+	}
+	first := route()
+	held, _ := first.prefix.size()
+	if held == 0 {
+		t.Fatal("nothing recorded")
+	}
+	// A reload that keeps the holder: same node, same index, same route.
+	r.SetCatalog(NewCatalog(yaml(a+","+b), r.Catalog()))
+	if n, _ := first.prefix.size(); n != held {
+		t.Fatalf("kept node's index %d blocks, was %d", n, held)
+	}
+	if n := route(); n != first {
+		t.Fatalf("after a reload that kept %s the turn went to %s", first.Name, n.Name)
+	}
+	// The holder's settings change (a new node object, an empty index) and
+	// c is added: the old node is never routed to again.
+	changed := map[string]string{"a": a, "b": b, "c": c}
+	changed[first.Name] = strings.Replace(changed[first.Name], "}", ", max_concurrent: 3}", 1)
+	r.SetCatalog(NewCatalog(yaml(changed["a"]+","+changed["b"]+","+c), r.Catalog()))
+	again := route()
+	if again == first {
+		t.Fatal("the replaced node is still routed to")
+	}
+	// Remove the node holding the conversation: routing goes elsewhere,
+	// and the stats count the blocks of the nodes in the catalogue only.
+	holder := again.Name
+	var keep []string
+	for _, n := range []string{a, b, c} {
+		if !strings.Contains(n, "name: "+holder+",") {
+			keep = append(keep, n)
+		}
+	}
+	r.SetCatalog(NewCatalog(yaml(strings.Join(keep, ",")), r.Catalog()))
+	before := r.PrefixStats().IndexBlocks
+	if n := route(); n.Name == holder {
+		t.Fatalf("routed to removed node %s", holder)
+	}
+	if after := r.PrefixStats(); after.IndexBlocks <= before {
+		t.Fatalf("index blocks %d then %d: the new holder did not record", before, after.IndexBlocks)
+	}
+}
