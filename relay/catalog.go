@@ -78,15 +78,17 @@ type Node struct {
 	nameOnce              sync.Once
 	nameHdr               []string // X-Tollgate-Node's value, shared by every response
 	h1Once                sync.Once
-	h1                    atomic.Pointer[h1Pool] // plain-http nodes: the synchronous client (upstream.go)
+	h1                    atomic.Pointer[h1Pool] // the node's client for chat requests (upstream.go)
+	probeOnce             sync.Once
+	probePool             atomic.Pointer[h1Pool] // the same client, for its health URL (health.go)
 	// prefix records the prompt prefixes recently sent to the node, for
 	// prefix-cache routing (prefix.go). It goes with the node: a node the
 	// config removes or replaces takes its index with it.
 	prefix prefixIndex
 }
 
-// Dials is how many connections the node's synchronous client has opened
-// (0 for https nodes, which use net/http).
+// Dials is how many connections the node's client has opened for chat
+// requests (health probes have their own connections).
 func (n *Node) Dials() int64 {
 	if p := n.h1.Load(); p != nil {
 		return p.dials.Load()

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"io"
-	"net/http"
 	"sync"
 	"time"
 )
@@ -58,14 +57,17 @@ func (r *Relay) ProbeAll(ctx context.Context, timeout time.Duration) {
 func (r *Relay) probe(ctx context.Context, n *Node, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.HealthURL, nil)
-	if err != nil {
+	p := r.probeFor(n)
+	if p == nil {
 		return false
 	}
+	head := upstreamHead{probe: true}
 	if n.Key != "" {
-		req.Header.Set("Authorization", "Bearer "+n.Key)
+		head.authorization = n.authorization()[0]
 	}
-	resp, err := r.client.Do(req)
+	// The same client as the chat requests (upstream.go): one HTTP stack
+	// to the nodes. Reading the answer to its end returns the connection.
+	resp, err := p.post(ctx, head, nil)
 	if err != nil {
 		return false
 	}
@@ -73,6 +75,18 @@ func (r *Relay) probe(ctx context.Context, n *Node, timeout time.Duration) bool 
 	resp.Body.Close()
 	// llama.cpp answers 503 while its model loads: not ready is not healthy.
 	return resp.StatusCode/100 == 2
+}
+
+// probeFor returns the client of the node's health URL, made on first use
+// (nil for a URL it cannot serve).
+func (r *Relay) probeFor(n *Node) *h1Pool {
+	n.probeOnce.Do(func() {
+		if p, err := newH1Pool(n.HealthURL, r.dialer); err == nil {
+			p.maxIdle = 2
+			n.probePool.Store(p)
+		}
+	})
+	return n.probePool.Load()
 }
 
 // runPassiveRecovery brings down nodes back when their backoff passes.

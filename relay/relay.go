@@ -83,7 +83,6 @@ type Gauge interface {
 // can be swapped at run time (config reload) without disturbing requests in flight.
 type Relay struct {
 	catalog atomic.Pointer[Catalog]
-	client  *http.Client
 	dialer  *net.Dialer
 	picker  picker
 	// prefixStats count prefix-cache routing decisions (prefix.go).
@@ -107,18 +106,7 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		log = slog.New(slog.DiscardHandler)
 	}
 	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		DialContext:         dialer.DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: opts.ConnectTimeout,
-		// Streams must pass through as they come: no transparent gzip.
-		DisableCompression: true,
-		ForceAttemptHTTP2:  true,
-	}
 	r := &Relay{
-		client:  &http.Client{Transport: tr},
 		dialer:  dialer,
 		opts:    opts,
 		traffic: deps.Traffic,
@@ -161,7 +149,13 @@ func (r *Relay) SetCatalog(c *Catalog) {
 	// Nodes the new catalogue dropped or replaced: close their idle
 	// connections (requests still using them finish on theirs).
 	for _, n := range old.Nodes() {
-		if p := n.h1.Load(); !kept[n] && p != nil {
+		if kept[n] {
+			continue
+		}
+		if p := n.h1.Load(); p != nil {
+			p.closeIdle()
+		}
+		if p := n.probePool.Load(); p != nil {
 			p.closeIdle()
 		}
 	}

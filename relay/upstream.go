@@ -58,6 +58,7 @@ type upstreamHead struct {
 	requestID     string // X-Request-Id
 	authorization string // the whole Authorization value; "" sends none
 	traceparent   string // W3C trace context of the backend call's span; "" sends none
+	probe         bool   // a GET without a body (health probes) instead of the POST
 }
 
 // maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
@@ -230,12 +231,21 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
 	// The head goes into the connection's own buffer (one exchange at a
 	// time uses a connection): no allocation a request.
-	head := append(c.head[:0], "POST "...)
-	head = append(head, p.path...)
-	head = append(head, " HTTP/1.1\r\nHost: "...)
-	head = append(head, p.hostHdr...)
-	head = append(head, "\r\nUser-Agent: tollgate\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: "...)
-	head = strconv.AppendInt(head, int64(len(body)), 10)
+	var head []byte
+	if header.probe {
+		head = append(c.head[:0], "GET "...)
+		head = append(head, p.path...)
+		head = append(head, " HTTP/1.1\r\nHost: "...)
+		head = append(head, p.hostHdr...)
+		head = append(head, "\r\nUser-Agent: tollgate\r\nAccept: */*"...)
+	} else {
+		head = append(c.head[:0], "POST "...)
+		head = append(head, p.path...)
+		head = append(head, " HTTP/1.1\r\nHost: "...)
+		head = append(head, p.hostHdr...)
+		head = append(head, "\r\nUser-Agent: tollgate\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: "...)
+		head = strconv.AppendInt(head, int64(len(body)), 10)
+	}
 	if header.requestID != "" {
 		head = append(head, "\r\nX-Request-Id: "...)
 		head = append(head, header.requestID...)
