@@ -11,8 +11,10 @@ import (
 )
 
 // benchDrivers are the drivers BenchmarkDriver compares. The pure-Go driver
-// is always here; driver_cgo_bench_test.go adds mattn/go-sqlite3 when cgo is
-// on (CGO_ENABLED=1 and a C compiler), so the binary itself never needs cgo.
+// is always here; driver_cgo_bench_test.go adds mattn/go-sqlite3 when built
+// with `-tags mattn` and cgo (CGO_ENABLED=1 and a C compiler), so neither the
+// binary nor the default test run compiles cgo. go.mod still lists
+// mattn/go-sqlite3: `go mod tidy` keeps what any build tag needs.
 var benchDrivers = []driver{moderncDriver, {name: "sqlite", label: "modernc-sync-normal", synchronous: "NORMAL"}}
 
 // BenchmarkDriver measures the store's hot operations through each driver:

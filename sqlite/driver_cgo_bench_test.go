@@ -1,4 +1,9 @@
-//go:build cgo
+//go:build cgo && mattn
+
+// Built only with the mattn tag: compiling mattn/go-sqlite3's C (cgo) took
+// minutes of every cold `go test ./...` for one comparison benchmark.
+//
+//	go test -tags mattn -run '^$' -bench BenchmarkDriver -benchtime 2s ./sqlite/
 
 package sqlite
 
