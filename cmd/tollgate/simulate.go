@@ -44,7 +44,7 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		flavour   = fs.String("flavour", "vllm", "server to imitate: vllm, sglang, llamacpp, ollama, openai, openrouter")
 		listen    = fs.String("listen", "127.0.0.1:9001", "address to listen on")
 		models    stringList
-		modelPath = fs.String("model-path", "", "llamacpp: model file path reported as `model` (default /models/<model>.gguf)")
+		modelPath = fs.String("model-path", "", "llamacpp: the model file path reported as the model (default /models/<model>.gguf)")
 		ctxLen    = fs.Int("context", 8192, "context window in tokens")
 		reasonKey = fs.String("reasoning-field", "", "override the reasoning field name: reasoning or reasoning_content")
 		noTools   = fs.Bool("no-tools", false, "reject tools like a server without tool calling")
