@@ -143,6 +143,11 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}
+	unlock, err := lockDemoDir(*dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	urls := map[string]string{}
 	for _, s := range demoSimulators {
 		run, err := simulate.Start(s.cfg)
