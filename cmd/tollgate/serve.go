@@ -435,7 +435,7 @@ func (m *Main) waitAndClose(ctx context.Context, configPath string) error {
 		}
 		break
 	}
-	m.Log.Info("shutting down", "deadline", m.Config.Timeouts.Shutdown.D())
+	m.Log.Info("shutting down", "deadline_seconds", m.Config.Timeouts.Shutdown.D().Seconds())
 	sctx, cancel := context.WithTimeout(context.Background(), m.Config.Timeouts.Shutdown.D())
 	defer cancel()
 	return m.Close(sctx)
