@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runCLI runs the binary's dispatcher (exit status, stderr and all).
@@ -92,6 +97,44 @@ func TestMissingConfigSaysHowToPointAtOne(t *testing.T) {
 		code, _, stderr := runCLI(t, args...)
 		if code != 1 || !strings.Contains(stderr, "--config FILE or the TOLLGATE_CONFIG environment variable") {
 			t.Errorf("%v: exit %d, %q", args, code, stderr)
+		}
+	}
+}
+
+// `tollgate simulate --fault refuse` refuses connections at the TCP level,
+// as a node that is down: the port is closed.
+func TestSimulateFaultRefuseRefusesConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"simulate", "--listen", addr, "--fault", "refuse"}, &out, &errOut) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("simulate exited %d: %s", code, errOut.String())
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "refusing every connection") {
+		if time.Now().After(deadline) {
+			t.Fatalf("simulate did not start: %q %q", out.String(), errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err == nil {
+			c.Close()
+			t.Fatal("a connection was accepted")
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial: %v, want connection refused", err)
 		}
 	}
 }

@@ -140,7 +140,17 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 	if len(models) == 0 {
 		models = stringList{"sim-model"}
 	}
-	fmt.Fprintf(c.stdout, "simulating %s on %s%s, models %v\n", fl, run.URL(), prefix, []string(models))
+	if f == simulate.FaultRefuse {
+		// A server-wide refuse is a refused connection, as a dead node
+		// gives: nothing listens on the port (the address is kept, so the
+		// port stays this process's choice), connections get ECONNREFUSED.
+		if err := run.RefuseConnections(true); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "simulating %s on %s%s, refusing every connection (--fault refuse: the port is closed)\n", fl, run.URL(), prefix)
+	} else {
+		fmt.Fprintf(c.stdout, "simulating %s on %s%s, models %v\n", fl, run.URL(), prefix, []string(models))
+	}
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
