@@ -282,6 +282,30 @@ func (d *decoder) line(key string) int {
 	return 0
 }
 
+// problems is every problem of a file, one a line.
+type problems []problem
+
+func (ps problems) Error() string {
+	if len(ps) == 1 {
+		return ps[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d problems:", len(ps))
+	for _, p := range ps {
+		b.WriteString("\n  ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+func (ps problems) Unwrap() []error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = p
+	}
+	return errs
+}
+
 // joinProblems orders problems by line (those without one last) and joins them.
 func joinProblems(ps []problem) error {
 	if len(ps) == 0 {
@@ -294,9 +318,5 @@ func joinProblems(ps []problem) error {
 		}
 		return li < lj
 	})
-	errs := make([]error, len(ps))
-	for i, p := range ps {
-		errs[i] = p
-	}
-	return errors.Join(errs...)
+	return problems(ps)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,17 @@ func parseErr(t *testing.T, doc string) []string {
 	if err == nil {
 		t.Fatalf("no error for:\n%s", doc)
 	}
-	return strings.Split(err.Error(), "\n")
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) > 1 {
+		if want := fmt.Sprintf("%d problems:", len(lines)-1); lines[0] != want {
+			t.Errorf("first line %q, want %q", lines[0], want)
+		}
+		lines = lines[1:]
+		for i := range lines {
+			lines[i] = strings.TrimPrefix(lines[i], "  ")
+		}
+	}
+	return lines
 }
 
 // TestEveryProblemAtOnce: a value that does not parse (a duration) hides
