@@ -3,7 +3,6 @@
 package config
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -283,7 +282,7 @@ const Off Duration = -1
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"30s\"", n.Line)
+		return errors.New(`want a duration such as "30s"`)
 	}
 	if s == "off" {
 		*d = Off
@@ -291,7 +290,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: %q is not a duration such as \"30s\" or \"5m\"", n.Line, s)
+		return fmt.Errorf("%q is not a duration such as \"30s\" or \"5m\"", s)
 	}
 	*d = Duration(v)
 	return nil
@@ -336,14 +335,16 @@ func Parse(b []byte, dir string, getenv func(string) string) (*Config, error) {
 
 func parse(b []byte, dir string, getenv func(string) string, backendSecrets bool) (*Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
+	d, err := decodeDocument(b, &c)
+	if err != nil {
+		return nil, err
 	}
 	c.Dir = dir
 	c.setDefaults()
-	if err := c.validate(getenv, backendSecrets); err != nil {
+	// Validation runs even when some values did not parse, so that every
+	// problem is reported at once; a key whose value did not parse is not
+	// reported a second time.
+	if err := c.validate(getenv, backendSecrets, d); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -403,10 +404,13 @@ func (c *Config) setDefaults() {
 }
 
 // validate checks everything and names the bad key with why.
-func (c *Config) validate(getenv func(string) string, backendSecrets bool) error {
-	var errs []error
+func (c *Config) validate(getenv func(string) string, backendSecrets bool, d *decoder) error {
+	ps := d.problems
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		if d.failed[idLabel.ReplaceAllString(key, "")] {
+			return
+		}
+		ps = append(ps, problem{d.line(key), key, fmt.Sprintf(format, args...)})
 	}
 	if c.Listen.API == "" {
 		bad("listen.api", "required (e.g. 127.0.0.1:8080)")
@@ -561,7 +565,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool) error
 			c.validateBackend(&m.Backends[j], fmt.Sprintf("%s.backends[%d]", key, j), getenv, backendSecrets, bad)
 		}
 	}
-	return errors.Join(errs...)
+	return joinProblems(ps)
 }
 
 func (c *Config) validateBackend(b *Backend, key string, getenv func(string) string, backendSecrets bool, bad func(string, string, ...any)) {

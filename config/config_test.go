@@ -72,7 +72,7 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{`flavour: vllm`, `backends[1].flavour: "vllm" is not a fallback flavour`},
 		{`url: "10.0.0.1:8000"`, `nodes[0].url`},
 		{`store: {sqlite: data/t.db, postgres_url_env: PG}`, `store: set either sqlite or postgres_url_env`},
-		{`listen: {apii: "127.0.0.1:0"}`, `field apii not found`},
+		{`listen: {apii: "127.0.0.1:0"}`, `listen.apii: unknown key (did you mean api?)`},
 	}
 	for _, c := range cases {
 		old := strings.SplitN(c.edit, ":", 2)[0]
@@ -276,7 +276,7 @@ func TestSearchValidationNamesTheKey(t *testing.T) {
 		{`{price: "-0.01"}`, `search.price: "-0.01" must not be negative`},
 		{`{price: "0.0000000000001"}`, `search.price: money: "0.0000000000001" has more than 12 decimals`},
 		{`{price: "five"}`, `search.price`},
-		{`{provder: brave}`, `field provder not found`},
+		{`{provder: brave}`, `search.provder: unknown key (did you mean provider?)`},
 	} {
 		_, err := Parse([]byte(minimal+"search: "+tc.section+"\n"), ".", e)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -314,6 +314,30 @@ func (info upstreamInfo) clientFault() (string, bool) {
 	return s, true
 }
 
+// maxLogReason bounds the upstream's message in tollgate's log line.
+const maxLogReason = 300
+
+// LogReason is what an upstream error body says, for the operator's log
+// line: its message whatever the body's shape (or the body itself when it
+// is text), redacted as a client's reason is (sanitizeMessage), on one line
+// and at most maxLogReason bytes. A wrong upstream_model shows here as the
+// server's "model ... does not exist".
+func LogReason(body []byte) string {
+	msg := describeUpstream(body).message
+	if msg == "" {
+		msg = string(body)
+	}
+	s := strings.ReplaceAll(sanitizeMessage(msg), "\n", " ")
+	if len(s) > maxLogReason {
+		cut := maxLogReason
+		for cut > 0 && s[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
+
 // maxReason bounds the upstream reason shown to a client: room for a
 // multi-line schema or grammar error, not for a whole traceback.
 const maxReason = 2000

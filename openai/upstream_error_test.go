@@ -3,6 +3,7 @@ package openai
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
 )
@@ -196,5 +197,22 @@ func TestUpstreamSchemaErrorKeepsEveryLine(t *testing.T) {
 	e := ClassifyUpstreamError(LlamaCpp, 400, []byte(long))
 	if len(e.Message) > maxReason+100 || !strings.HasSuffix(e.Message, "...") {
 		t.Fatalf("a 12,000-byte reason gave a %d-byte message", len(e.Message))
+	}
+}
+
+func TestLogReason(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{`{"error":{"message":"model 'x' not found, try pulling it first","type":"api_error"}}`, `model 'x' not found, try pulling it first`},
+		{"Bad Gateway\nupstream 10.1.2.3:8000 refused", "Bad Gateway upstream [redacted] refused"},
+		{`{"detail":"Not Found"}`, "Not Found"},
+		{``, ``},
+	}
+	for _, c := range cases {
+		if got := LogReason([]byte(c.body)); got != c.want {
+			t.Errorf("LogReason(%q) = %q, want %q", c.body, got, c.want)
+		}
+	}
+	if got := LogReason([]byte(strings.Repeat("é", 400))); len(got) > 303 || !strings.HasSuffix(got, "...") || !utf8.ValidString(got) {
+		t.Errorf("a long message: %d bytes, valid %t", len(got), utf8.ValidString(got))
 	}
 }

@@ -205,6 +205,6 @@ func (x *exchange) upstreamOK() { x.node.requestOK(&x.r.opts.Health, x.r.now()) 
 func (x *exchange) upstreamFailed() {
 	if d := x.node.requestFailed(&x.r.opts.Health, x.backend, x.r.now()); d > 0 {
 		x.r.log.Warn("node ejected: its requests fail", "node", x.node.Name, "model", x.model.ID,
-			"for", d.String(), "request_id", x.call.RequestID)
+			"ejection_seconds", d.Seconds(), "request_id", x.call.RequestID)
 	}
 }

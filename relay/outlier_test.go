@@ -256,7 +256,7 @@ models:
 	if !nodeA.Ejected(time.Now()) {
 		t.Fatal("node a not ejected")
 	}
-	if l := logged.String(); !strings.Contains(l, "node ejected") || !strings.Contains(l, "node=a") || !strings.Contains(l, "for=1s") {
+	if l := logged.String(); !strings.Contains(l, "node ejected") || !strings.Contains(l, "node=a") || !strings.Contains(l, "ejection_seconds=1 ") {
 		t.Fatalf("the ejection was not logged: %s", l)
 	}
 	probesBefore := aProbes.Load()

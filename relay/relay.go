@@ -483,7 +483,11 @@ func (x *exchange) classifyStatus(resp *http.Response) error {
 		x.upstreamOK() // a 4xx is the node answering
 	}
 	e := openai.ClassifyUpstreamError(x.node.Flavour, resp.StatusCode, body)
-	x.r.log.Warn("upstream error", "request_id", x.call.RequestID, "node", x.node.Name, "status", resp.StatusCode, "code", e.Code)
+	// What the backend answered, so that an operator can fix, say, a wrong
+	// upstream_model from the log alone.
+	x.r.log.Warn("upstream error", "request_id", x.call.RequestID, "node", x.node.Name,
+		"upstream_model", x.backend.UpstreamModel, "status", resp.StatusCode, "code", e.Code,
+		"upstream_message", openai.LogReason(body))
 	return e
 }
 

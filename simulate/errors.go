@@ -52,7 +52,14 @@ func (s *Server) errorStatus(e *apiError) int {
 		switch s.flavour {
 		case OpenRouter:
 			return http.StatusNotFound
-		case LlamaCpp, Ollama:
+		case LlamaCpp:
+			// llama-server throws both refusals as runtime errors while
+			// parsing the request; its handler wrapper answers any
+			// exception 500 server_error.
+			if e.capName == "image" || e.capName == "tools" {
+				return http.StatusInternalServerError
+			}
+		case Ollama:
 			if e.capName == "image" {
 				return http.StatusInternalServerError
 			}
@@ -302,7 +309,8 @@ func (s *Server) capabilityMessage(e *apiError) string {
 		case "tools":
 			return `"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`
 		case "image":
-			return "Model does not support multimodal inputs: image_url"
+			// The multimodal registry's ValueError, answered 400.
+			return model + " is not a multimodal model"
 		}
 		return "Unknown part type: file"
 	case SGLang:

@@ -92,7 +92,11 @@ type plan struct {
 
 	stream       bool
 	includeUsage bool
-	hideReason   bool // OpenAI: reasoning counted, text not returned
+	// continuousUsage puts the running usage on chunks: vLLM (with
+	// include_usage) on every chunk, SGLang on those with content or
+	// reasoning; the other flavours ignore continuous_usage_stats.
+	continuousUsage bool
+	hideReason      bool // OpenAI: reasoning counted, text not returned
 }
 
 // toolTokens is the completion-token cost of a tool call: its arguments at

@@ -93,6 +93,24 @@ func (s *Server) appendStreamUsage(b []byte, p *plan) []byte {
 	return append(b, '}')
 }
 
+// appendRunningUsage closes a chunk's choices with the usage so far of
+// stream_options.continuous_usage_stats: vLLM's UsageInfo(prompt,
+// completion, total) dumped with exclude_unset; SGLang's
+// calculate_token_usage dumped whole. The chunk's closing brace is the
+// caller's.
+func (s *Server) appendRunningUsage(b []byte, p *plan, completion int) []byte {
+	b = append(b, `],"usage":{"prompt_tokens":`...)
+	b = appendInt(b, p.prompt)
+	b = append(b, `,"total_tokens":`...)
+	b = appendInt(b, p.prompt+completion)
+	b = append(b, `,"completion_tokens":`...)
+	b = appendInt(b, completion)
+	if s.flavour == SGLang {
+		b = append(b, `,"prompt_tokens_details":null,"reasoning_tokens":0`...)
+	}
+	return append(b, '}')
+}
+
 // cost is OpenRouter's usage.cost in USD (a JSON number there).
 func (s *Server) cost(prompt, completion int) float64 {
 	return (float64(prompt)*s.cfg.PromptPrice + float64(completion)*s.cfg.CompletionPrice) / 1e6

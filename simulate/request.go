@@ -12,12 +12,15 @@ type chatRequest struct {
 	nMessages   int
 	badRole     bool
 
-	stream        bool
-	includeUsage  bool
-	maxTokens     int // -1: not given
-	maxCompletion int // -1: not given
-	n             int
-	stop          []string
+	stream       bool
+	includeUsage bool
+	// continuousUsage is stream_options.continuous_usage_stats (vLLM,
+	// SGLang): usage on every chunk, counting what was generated so far.
+	continuousUsage bool
+	maxTokens       int // -1: not given
+	maxCompletion   int // -1: not given
+	n               int
+	stop            []string
 
 	toolsRaw       []byte
 	toolChoice     string // "", "auto", "none", "required", "function"
@@ -108,7 +111,21 @@ func parseChat(body []byte) (*chatRequest, error) {
 			r.stream = err == nil && string(body[vs:next]) == "true"
 			return next, err
 		case "stream_options":
-			return flagMember(body, vs, "include_usage", "true", &r.includeUsage)
+			if body[vs] != '{' {
+				return skipValue(body, vs)
+			}
+			return eachMember(body, vs, func(k []byte, v int) (int, error) {
+				next, err := skipValue(body, v)
+				if err == nil && string(body[v:next]) == "true" {
+					switch string(k) {
+					case "include_usage":
+						r.includeUsage = true
+					case "continuous_usage_stats":
+						r.continuousUsage = true
+					}
+				}
+				return next, err
+			})
 		case "max_tokens", "max_completion_tokens", "n":
 			v, next, ok, err := parseInt(body, vs)
 			if err != nil {

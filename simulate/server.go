@@ -251,17 +251,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/models" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", s.jsonType())
 		w.Write(s.modelList)
-	case path == "/health" && (s.flavour == VLLM || s.flavour == SGLang || s.flavour == LlamaCpp):
-		s.health(w)
-	case path == "/" && s.flavour == Ollama && r.Method == http.MethodGet:
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "Ollama is running")
-	case path == "/api/version" && s.flavour == Ollama:
+	case s.healthPath(path):
+		// vLLM and SGLang declare their health routes with FastAPI's
+		// @get, which answers HEAD 405; llama.cpp's HTTP library serves
+		// HEAD with the GET handler (the body is dropped).
+		switch {
+		case r.Method == http.MethodGet, r.Method == http.MethodHead && s.flavour == LlamaCpp:
+			s.health(w)
+		case s.flavour == LlamaCpp:
+			s.notFound(w, r)
+		default:
+			w.Header().Set("Allow", "GET")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			io.WriteString(w, `{"detail":"Method Not Allowed"}`)
+		}
+	case s.flavour == Ollama && (path == "/" || path == "/api/version"):
+		// Ollama registers HEAD and GET for both (server/routes.go); any
+		// other method is gin's 405 naming them, HEAD first as registered.
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "HEAD, GET")
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			io.WriteString(w, "405 method not allowed")
+			return
+		}
+		if path == "/" {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			io.WriteString(w, "Ollama is running")
+			return
+		}
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		io.WriteString(w, `{"version":"0.0.0"}`)
 	default:
 		s.notFound(w, r)
 	}
+}
+
+// healthPath reports whether path is one of the flavour's health
+// endpoints: vLLM's /health; SGLang's /health and /health_generate (the
+// same handler); llama.cpp's /health and /v1/health.
+func (s *Server) healthPath(path string) bool {
+	switch s.flavour {
+	case VLLM:
+		return path == "/health"
+	case SGLang:
+		return path == "/health" || path == "/health_generate"
+	case LlamaCpp:
+		return path == "/health" || path == "/v1/health"
+	}
+	return false
 }
 
 func (s *Server) jsonType() string {
@@ -512,6 +551,12 @@ func (s *Server) plan(req *chatRequest, beh Behaviour, clientCalls int) *plan {
 		p.model = s.cfg.Models[0]
 	}
 	p.includeUsage = req.includeUsage || s.flavour == OpenRouter
+	switch s.flavour {
+	case VLLM: // should_include_usage: only with include_usage
+		p.continuousUsage = req.continuousUsage && req.includeUsage
+	case SGLang: // serving_chat: continuous_usage_stats alone suffices
+		p.continuousUsage = req.continuousUsage
+	}
 	p.hideReason = s.flavour == OpenAI || (s.flavour == OpenRouter && req.reasoningExclude)
 	p.cached = min(beh.CachedTokens, p.prompt)
 

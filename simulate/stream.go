@@ -97,6 +97,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *plan, beh Beh
 	}
 	last := len(p.choices) - 1
 	sent := 0 // tokens of choice 0 written
+	// generated[i] is choice i's completion tokens so far, for continuous usage.
+	var generated []int
+	if p.continuousUsage {
+		generated = make([]int, len(p.choices))
+	}
 	var ok bool
 	for k := 0; k < maxLen; k++ {
 		for i := range p.choices {
@@ -147,6 +152,20 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *plan, beh Beh
 			withTimings := s.flavour == LlamaCpp && final && i == last && !usage
 			b = s.appendChunkHead(b, p)
 			b = s.appendChoice(b, p, &p.choices[i], i, st, first[i], final)
+			if generated != nil && !withUsage {
+				if st.token {
+					generated[i] = min(generated[i]+1, p.choices[i].tokens)
+				}
+				if final {
+					generated[i] = p.choices[i].tokens
+				}
+				if s.flavour == VLLM || st.kind == stepContent || st.kind == stepReasoning {
+					b = s.appendRunningUsage(b, p, generated[i])
+					b = append(b, "}\n\n"...)
+					first[i] = false
+					continue
+				}
+			}
 			b = s.appendChunkTail(b, p, withUsage, withTimings, beh)
 			first[i] = false
 		}

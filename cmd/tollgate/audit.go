@@ -15,7 +15,30 @@ type auditCmd struct {
 	storeCommand
 	stdout, stderr io.Writer
 	json           bool
-	grace          time.Duration
+	grace          optionalDuration
+}
+
+// optionalDuration is a duration flag that may be left unset: its default
+// is derived from the config, so -h prints no "(default ...)" for it.
+type optionalDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optionalDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optionalDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return errors.New("want a duration such as 10m")
+	}
+	o.d, o.set = d, true
+	return nil
 }
 
 // errAuditFailed makes the exit status 1 after the problems were printed.
@@ -30,7 +53,7 @@ balance, the balance not below zero, and no hold whose lease ended more than
 --grace ago (orphaned: nothing released it). Checks every key's spent and held
 totals against the ledger and the holds. Exits 1 if anything is wrong.`, c.stderr)
 	c.registerConfigFlag(fs)
-	fs.DurationVar(&c.grace, "grace", -1, "how long past its lease a hold may live (default: two sweeps and a renewal of the config)")
+	fs.Var(&c.grace, "grace", "how long past its lease a hold may live, a `DURATION` such as 10m (default: two sweeps and a renewal of the config)")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -48,8 +71,8 @@ totals against the ledger and the holds. Exits 1 if anything is wrong.`, c.stder
 	if err != nil {
 		return err
 	}
-	grace := c.grace
-	if grace < 0 {
+	grace := c.grace.d
+	if !c.grace.set {
 		grace = auditGrace(c.cfg)
 	}
 	r, err := billing.Audit(ctx, bs, time.Now(), grace)
@@ -62,7 +85,7 @@ totals against the ledger and the holds. Exits 1 if anything is wrong.`, c.stder
 			return err
 		}
 	} else {
-		fmt.Fprintf(c.stdout, "%d accounts, %d keys; balances %s USD, held %s USD\n", r.Accounts, r.Keys, r.Balance, r.Held)
+		fmt.Fprintf(c.stdout, "%s, %s; balances %s USD, held %s USD\n", count(r.Accounts, "account"), count(r.Keys, "key"), r.Balance, r.Held)
 		for _, p := range r.Problems {
 			fmt.Fprintln(c.stdout, "PROBLEM:", p)
 		}

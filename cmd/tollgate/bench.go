@@ -96,7 +96,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	storeKind := fs.String("store", "sqlite", "tollgate's store: sqlite, or postgres (URL from TOLLGATE_TEST_POSTGRES)")
 	observability := fs.Bool("observability", false, "measure only what metrics and the request log cost: throughput with both on against both off, alternating, --rounds times")
 	obsRounds := fs.Int("rounds", 6, "with --observability: rounds per kind of request")
-	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as `tollgate serve` logs at level info) to this file; the default discards it")
+	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as 'tollgate serve' logs at level info) to this file; the default discards it")
 	workload := fs.String("workload", "", "instead of the serving phases: conversations through tollgate to simulated GPU nodes with prefix caches, once per routing policy; a comma list of multiturn, agent, unrelated, or all")
 	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared")
 	wlNodes := fs.Int("nodes", 4, "--workload: simulated GPU nodes")

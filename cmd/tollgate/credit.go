@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -36,9 +37,12 @@ func (c *accountsPostCmd) Run(ctx context.Context, args []string) error {
 	if err := wantArgs(fs, pos, 2, "ACCOUNT_ID and AMOUNT"); err != nil {
 		return err
 	}
-	amount, err := tollgate.ParseAmount(pos[1])
-	if err != nil || amount <= 0 {
-		return usageError{fmt.Sprintf("AMOUNT %q: want a positive decimal number of USD", pos[1])}
+	amount, err := parseUSD("AMOUNT", pos[1], false)
+	if err != nil {
+		if strings.HasPrefix(pos[1], "-") && c.kind == tollgate.LedgerCredit {
+			return usageError{err.Error() + " (to take from a balance, use 'tollgate accounts debit')"}
+		}
+		return err
 	}
 	st, err := c.open(ctx)
 	if err != nil {

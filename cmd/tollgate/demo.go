@@ -125,7 +125,7 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	credit := fs.String("credit", "10", "USD credited to the demo account when it is created")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "Usage: tollgate demo [--dir DIR] [--listen ADDR]")
+		fmt.Fprintln(c.stderr, "Usage: tollgate demo [--dir DIR] [--listen ADDR] [--credit USD] [--log-level LEVEL]")
 		fmt.Fprintln(c.stderr, "\nRuns tollgate with simulated model servers, a demo account and a key.")
 		fs.PrintDefaults()
 	}
@@ -136,13 +136,18 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	amount, err := tollgate.ParseAmount(*credit)
-	if err != nil || amount < 0 {
-		return usageError{fmt.Sprintf("--credit %q: want a non-negative decimal amount", *credit)}
+	amount, err := parseUSD("--credit", *credit, true)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}
+	unlock, err := lockDemoDir(*dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	urls := map[string]string{}
 	for _, s := range demoSimulators {
 		run, err := simulate.Start(s.cfg)

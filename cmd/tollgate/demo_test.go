@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -93,5 +95,51 @@ func TestDemoServesWebSearchAndMetrics(t *testing.T) {
 	mresp.Body.Close()
 	if !strings.Contains(string(mb), `tollgate_web_searches_total{class="network",model="tg-chat"} 1`) {
 		t.Fatalf("the demo's /metrics does not show the search: %.2000s", mb)
+	}
+}
+
+// A second demo on the directory of a running one says so and exits; once
+// the first has stopped, the lock file it leaves (as a killed one would)
+// blocks nothing.
+func TestSecondDemoOnOneDirExits(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (stop func() int, out *lockedBuffer) {
+		ctx, cancel := context.WithCancel(context.Background())
+		out = &lockedBuffer{}
+		var errOut lockedBuffer
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, out, &errOut) }()
+		deadline := time.Now().Add(15 * time.Second)
+		for !strings.Contains(out.String(), "Ctrl-C stops it.") {
+			select {
+			case code := <-done:
+				cancel()
+				t.Fatalf("demo exited %d: %s", code, errOut.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("demo did not start: %s", errOut.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return func() int { cancel(); return <-done }, out
+	}
+	stop, _ := start()
+	var out, errOut lockedBuffer
+	code := run(t.Context(), []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "is already running on "+dir) || strings.Contains(out.String(), "is running") {
+		t.Errorf("second demo: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("first demo exited %d", code)
+	}
+	// The file stays, with a pid that is no longer running: not a lock.
+	if err := os.WriteFile(filepath.Join(dir, "demo.lock"), []byte("999999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop, _ = start()
+	if code := stop(); code != 0 {
+		t.Fatalf("demo after a stale lock file exited %d", code)
 	}
 }

@@ -62,8 +62,8 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 	}
 	var spendLimit tollgate.Amount
 	if c.spendLimit != "" {
-		if spendLimit, err = tollgate.ParseAmount(c.spendLimit); err != nil || spendLimit <= 0 {
-			return usageError{fmt.Sprintf("--spend-limit %q: want a positive decimal number of USD", c.spendLimit)}
+		if spendLimit, err = parseUSD("--spend-limit", c.spendLimit, false); err != nil {
+			return err
 		}
 	}
 	if c.rpm < 0 || c.tpm < 0 {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tollgate/tollgate"
 )
 
 // command is one subcommand. Each lives in its own file with its own FlagSet
@@ -92,10 +94,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "tollgate %s: %v\n", args[0], err)
 			return 2
 		}
-		fmt.Fprintf(stderr, "tollgate %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "tollgate %s: %s\n", args[0], inWords(err))
 		return 1
 	}
 	return 0
+}
+
+// inWords is an error as an operator reads it: a store's refusal (a
+// *tollgate.Error such as insufficient_balance or conflict) is its message
+// alone, without the layers that wrapped it on the way up.
+func inWords(err error) string {
+	var te *tollgate.Error
+	if errors.As(err, &te) && te.Code != tollgate.CodeInternal && te.Message != "" {
+		return te.Message
+	}
+	return err.Error()
+}
+
+// count is n and a noun, in the plural unless n is 1: "1 account", "2 keys".
+func count[N ~int | ~int64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // flagErr marks a flag that could not be parsed (an unknown flag, a value of

@@ -375,10 +375,11 @@ type serveCmd struct {
 func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
-	configPath := fs.String("config", defaultConfigPath(), "config file (env TOLLGATE_CONFIG)")
+	var configFile string
+	configFlag(fs, &configFile)
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level of the config; default info)")
 	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "Usage: tollgate serve [--config FILE]")
+		fmt.Fprintln(c.stderr, "Usage: tollgate serve [--config FILE] [--log-level LEVEL]")
 		fmt.Fprintln(c.stderr, "\nRuns the service until SIGINT or SIGTERM, then drains running requests.")
 		fs.PrintDefaults()
 	}
@@ -390,7 +391,8 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 			return usageError{err.Error()}
 		}
 	}
-	cfg, err := config.Load(*configPath)
+	path := configPath(configFile)
+	cfg, err := loadConfig(path, false)
 	if err != nil {
 		return err
 	}
@@ -412,7 +414,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	log.Info("tollgate serving", "api", m.Addr("api"), "public", m.Addr("public"), "admin", m.Addr("admin"), "models", len(cfg.Models),
 		"store", describeStore(cfg.Store), "charge_journal", journal)
-	return m.waitAndClose(ctx, *configPath)
+	return m.waitAndClose(ctx, path)
 }
 
 // waitAndClose runs until ctx ends, reloading the catalogue on SIGHUP.
@@ -433,7 +435,7 @@ func (m *Main) waitAndClose(ctx context.Context, configPath string) error {
 		}
 		break
 	}
-	m.Log.Info("shutting down", "deadline", m.Config.Timeouts.Shutdown.D())
+	m.Log.Info("shutting down", "deadline_seconds", m.Config.Timeouts.Shutdown.D().Seconds())
 	sctx, cancel := context.WithTimeout(context.Background(), m.Config.Timeouts.Shutdown.D())
 	defer cancel()
 	return m.Close(sctx)

@@ -44,7 +44,7 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		flavour   = fs.String("flavour", "vllm", "server to imitate: vllm, sglang, llamacpp, ollama, openai, openrouter")
 		listen    = fs.String("listen", "127.0.0.1:9001", "address to listen on")
 		models    stringList
-		modelPath = fs.String("model-path", "", "llamacpp: model file path reported as `model` (default /models/<model>.gguf)")
+		modelPath = fs.String("model-path", "", "llamacpp: the model file path reported as the model (default /models/<model>.gguf)")
 		ctxLen    = fs.Int("context", 8192, "context window in tokens")
 		reasonKey = fs.String("reasoning-field", "", "override the reasoning field name: reasoning or reasoning_content")
 		noTools   = fs.Bool("no-tools", false, "reject tools like a server without tool calling")
@@ -140,7 +140,17 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 	if len(models) == 0 {
 		models = stringList{"sim-model"}
 	}
-	fmt.Fprintf(c.stdout, "simulating %s on %s%s, models %v\n", fl, run.URL(), prefix, []string(models))
+	if f == simulate.FaultRefuse {
+		// A server-wide refuse is a refused connection, as a dead node
+		// gives: nothing listens on the port (the address is kept, so the
+		// port stays this process's choice), connections get ECONNREFUSED.
+		if err := run.RefuseConnections(true); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "simulating %s on %s%s, refusing every connection (--fault refuse: the port is closed)\n", fl, run.URL(), prefix)
+	} else {
+		fmt.Fprintf(c.stdout, "simulating %s on %s%s, models %v\n", fl, run.URL(), prefix, []string(models))
+	}
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

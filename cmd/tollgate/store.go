@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 
 	"github.com/tollgate/tollgate"
@@ -43,12 +44,39 @@ type storeCommand struct {
 }
 
 // registerConfigFlag adds --config, defaulting to $TOLLGATE_CONFIG, else tollgate.yaml.
-func (c *storeCommand) registerConfigFlag(fs *flag.FlagSet) {
-	fs.StringVar(&c.configPath, "config", defaultConfigPath(), "config file (default $TOLLGATE_CONFIG, else tollgate.yaml)")
+func (c *storeCommand) registerConfigFlag(fs *flag.FlagSet) { configFlag(fs, &c.configPath) }
+
+// configFlag registers --config. Its default is resolved when the file is
+// read (configPath), so that -h states it once, in words.
+func configFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "config", "", "config `FILE` (default $TOLLGATE_CONFIG, else tollgate.yaml)")
+}
+
+// configPath is the --config value, or its default.
+func configPath(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return defaultConfigPath()
+}
+
+// loadConfig reads the config file (config.Load, or config.LoadForStore
+// for the commands that only manage the store). A missing file says how to
+// point at one.
+func loadConfig(path string, forStore bool) (*config.Config, error) {
+	load := config.Load
+	if forStore {
+		load = config.LoadForStore
+	}
+	cfg, err := load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no config file %s: point at one with --config FILE or the TOLLGATE_CONFIG environment variable (tollgate.example.yaml is an annotated example)", path)
+	}
+	return cfg, err
 }
 
 func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
-	cfg, err := config.LoadForStore(c.configPath)
+	cfg, err := loadConfig(configPath(c.configPath), true)
 	if err != nil {
 		return nil, err
 	}
@@ -58,22 +86,34 @@ func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
 
 // parseArgs parses flags that may come before, between or after the
 // positional arguments ("keys revoke key_1 --config x.yaml") and returns the
-// positional ones.
+// positional ones. A negative number is positional ("accounts credit ID
+// -5" is then refused for its amount, not as an unknown flag -5).
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		head := args
+		neg := negativeAt(fs, args)
+		if neg >= 0 {
+			head = args[:neg]
+		}
+		if err := fs.Parse(head); err != nil {
 			return nil, flagErr(err)
 		}
 		rest := fs.Args()
-		if len(rest) == 0 {
+		used := len(head) - len(rest)
+		if len(rest) > 0 {
+			if used > 0 && head[used-1] == "--" {
+				return append(pos, rest...), nil // everything after "--" is positional
+			}
+			pos = append(pos, rest[0])
+			args = args[used+1:]
+			continue
+		}
+		if neg < 0 {
 			return pos, nil
 		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil // everything after "--" is positional
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		pos = append(pos, args[neg])
+		args = args[neg+1:]
 	}
 }
 
@@ -145,4 +185,54 @@ func notFound(what, id string, err error) error {
 		return fmt.Errorf("%s %s not found", what, id)
 	}
 	return err
+}
+
+// parseUSD parses an amount of USD given on the command line (what names
+// it in the message: "AMOUNT", "--credit"). zeroOK admits 0.
+func parseUSD(what, s string, zeroOK bool) (tollgate.Amount, error) {
+	a, err := tollgate.ParseAmount(s)
+	switch {
+	case err != nil && strings.HasPrefix(s, "-"):
+		return 0, usageError{fmt.Sprintf("%s %s: must not be negative", what, s)}
+	case err != nil:
+		if _, frac, ok := strings.Cut(s, "."); ok && len(strings.TrimRight(frac, "0")) > 12 {
+			return 0, usageError{fmt.Sprintf("%s %s: more than 12 decimals (the smallest amount is 0.000000000001 USD)", what, s)}
+		}
+		return 0, usageError{fmt.Sprintf("%s %q: not a decimal number of USD (e.g. 25 or 0.50)", what, s)}
+	case a < 0:
+		return 0, usageError{fmt.Sprintf("%s %s: must not be negative", what, s)}
+	case a == 0 && !zeroOK:
+		return 0, usageError{fmt.Sprintf("%s %s: must be more than zero", what, s)}
+	}
+	return a, nil
+}
+
+// isNegativeNumber reports whether a command-line argument is a negative
+// number ("-5", "-0.5"): never a flag, since no flag's name starts with a digit.
+func isNegativeNumber(a string) bool {
+	return len(a) > 1 && a[0] == '-' && (a[1] >= '0' && a[1] <= '9' || a[1] == '.')
+}
+
+// negativeAt is the index of the first argument that is a negative number
+// standing where a flag name could be (not a flag's value, not after "--"),
+// or -1.
+func negativeAt(fs *flag.FlagSet, args []string) int {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return -1
+		}
+		if isNegativeNumber(a) {
+			return i
+		}
+		if !strings.HasPrefix(a, "-") || strings.Contains(a, "=") {
+			continue
+		}
+		if f := fs.Lookup(strings.TrimLeft(a, "-")); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // the flag's value
+			}
+		}
+	}
+	return -1
 }
