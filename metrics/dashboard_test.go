@@ -63,11 +63,12 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := os.WriteFile(path, []byte(rules.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool is not installed (apt-get install prometheus): %v", err)
+	pt, ok := promtool(t)
+	if !ok {
+		t.Log("the queries' PromQL not checked: TOLLGATE_TEST_PROMTOOL is not set")
+		return
 	}
-	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+	if out, err := exec.Command(pt, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules on the dashboard's queries: %v\n%s", err, out)
 	}
 }
