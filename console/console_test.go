@@ -504,11 +504,23 @@ func TestOverviewFigures(t *testing.T) {
 			t.Errorf("overview lacks %s", want)
 		}
 	}
-	if n := strings.Count(p.body, "<rect x="); n != 4 {
-		t.Errorf("%d bars, want 4 (two models today, one 3 days ago, one 25 days ago)", n)
+	if n := strings.Count(p.body, "<rect x="); n != 8 {
+		t.Errorf("%d bars, want 4 in each chart (two models today, one 3 days ago, one 25 days ago)", n)
 	}
-	if !strings.Contains(p.body, "2026-02-23 · tg-chat · 2.00 USD") {
-		t.Error("the bar of 25 days ago is missing its title")
+	for _, want := range []string{
+		"2026-02-23 · tg-chat · 2.00 USD", "2026-02-23 · tg-chat · 120 tokens", // the bars of 25 days ago
+		`<svg class="chart" id="spend-chart"`, `<svg class="chart" id="tokens-chart"`,
+		`<title id="tokens-svg-title">Tokens per day by model, last 30 days</title>`,
+		`the tallest day is 240 tokens`, // today: two charges of 120 tokens
+		// The tables for screen readers: a column per model, then the day's total.
+		`<th scope="col" class="num">tg-chat</th><th scope="col" class="num">tg-mini</th><th scope="col" class="num">Total</th>`,
+		`<tr><th scope="row">2026-03-20</th><td class="num">0.000000000001</td><td class="num">0.25</td><td class="num">0.250000000001</td></tr>`,
+		`<tr><th scope="row">2026-03-20</th><td class="num">120</td><td class="num">120</td><td class="num">240</td></tr>`,
+		`<tr><th scope="row">2026-03-17</th><td class="num">120</td><td class="num">0</td><td class="num">120</td></tr>`,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the charts lack %s", want)
+		}
 	}
 	pricing := string(server.BuildPricing(e.cat, 3, 4))
 	if !strings.Contains(pricing, `"network":{"input":"0.12","output":"0.4"}`) {

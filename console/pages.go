@@ -23,7 +23,7 @@ type overviewData struct {
 	Balance                     tollgate.Balance
 	Today, Month                tollgate.Amount
 	TodayRequests, MonthRequest int64
-	Chart                       chart
+	Spend, Tokens               chart // per day by model, the chart's days
 	Models                      []modelSpend
 	Prices                      []priceRow
 	Uptime                      string
@@ -75,7 +75,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		if day.Day.Before(first) {
 			continue
 		}
-		acc.add(day.Day, day.Model, day.Cost)
+		acc.add(day.Day, day.Model, day.Cost, day.PromptTokens+day.CompletionTokens)
 		m := byModel[day.Model]
 		if m == nil {
 			m = &modelSpend{Model: day.Model}
@@ -85,7 +85,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		m.Tokens += day.PromptTokens + day.CompletionTokens
 		m.Cost += day.Cost
 	}
-	d.Chart = acc.render()
+	d.Spend, d.Tokens = acc.charts()
 	for _, m := range byModel {
 		d.Models = append(d.Models, *m)
 	}
