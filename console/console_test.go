@@ -528,6 +528,41 @@ func TestOverviewFigures(t *testing.T) {
 	}
 }
 
+// The overview's past days are cached from sign-in on, and a charge that
+// lands in a past day later (recovered from a dead instance's journal) shows
+// at the next view; a new day moves the chart.
+func TestOverviewPastDaysCache(t *testing.T) {
+	e := newEnv(t, Options{})
+	now := e.clock.now() // 2026-03-20 15:00 UTC
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("1"), now.AddDate(0, 0, -3))
+	b := e.signedIn(t)
+	a := e.con.closed.account(e.acct.ID)
+	if len(a.out) != 1 || a.out[0].Cost != tollgate.MustParseAmount("1") {
+		t.Fatalf("the sign-in did not sum the past days: %+v", a.out)
+	}
+	if p := b.get("/console/"); !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+		t.Fatal("overview before the late charge")
+	}
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
+	p := b.get("/console/")
+	if !strings.Contains(p.body, `id="spend-month">1.50 USD`) || !strings.Contains(p.body, "2026-03-15 · tg-mini · 0.50 USD") {
+		t.Error("a charge into a past day does not show at the next view")
+	}
+	// Only the changed day was summed again: the other day's sums are the
+	// cached ones.
+	if a.days[now.Truncate(24*time.Hour).AddDate(0, 0, -3)].sums[0].Requests != 1 || len(a.out) != 2 {
+		t.Errorf("cached days after the late charge: %+v", a.out)
+	}
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now)
+	e.clock.add(10 * time.Hour) // 01:00 the next day, within the sign-in
+	p = b.get("/console/")
+	for _, want := range []string{`id="spend-today">0.00 USD`, `id="spend-month">3.50 USD`, "2026-03-20 · tg-chat · 2.00 USD"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the next day, the overview lacks %s", want)
+		}
+	}
+}
+
 func TestActivityAndCSV(t *testing.T) {
 	e := newEnv(t, Options{})
 	now := e.clock.now()

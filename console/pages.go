@@ -46,16 +46,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := c.o.Now().UTC()
-	today := now.Truncate(24 * time.Hour)
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	first := today.AddDate(0, 0, -(chartDays - 1))
-	since := first
-	if month.Before(first) {
-		since = month
-	}
+	today, first, month, since := overviewDays(now)
 	acc := newChartAcc(first)
 	byModel := map[string]*modelSpend{}
-	closed, err := c.closed.get(ctx, c.st, req.account.ID, since, today, now)
+	closed, err := c.closed.get(ctx, c.st, req.account.ID, since, today)
 	if err != nil {
 		return err
 	}
@@ -98,6 +92,20 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	v := c.accountView(r, "Overview", "overview")
 	v.Data = d
 	return c.render(w, http.StatusOK, "overview", v)
+}
+
+// overviewDays are the overview's days: today, the chart's first, this
+// month's first, and the earliest of the last two (where its sums start).
+func overviewDays(now time.Time) (today, first, month, since time.Time) {
+	now = now.UTC()
+	today = now.Truncate(24 * time.Hour)
+	month = time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	first = today.AddDate(0, 0, -(chartDays - 1))
+	since = first
+	if month.Before(first) {
+		since = month
+	}
+	return today, first, month, since
 }
 
 // priceRow is one model's line of /pricing, as /pricing writes it.
