@@ -35,6 +35,7 @@ models:
     backends:
       - class: network
         upstream_model: up
+        capabilities: [tools, image_input]
         rates: {input: "0.12", output: "0.40"}
         nodes: [{url: "http://127.0.0.1:1/v1"}]
       - class: fallback
@@ -687,6 +688,15 @@ func TestPlaygroundKey(t *testing.T) {
 	p := b.get("/console/playground")
 	if p.status != 200 || !strings.Contains(p.body, `<option value="tg-mini">`) || !strings.Contains(p.body, `id="pg-answer"`) {
 		t.Fatalf("playground page: %d\n%s", p.status, p.body)
+	}
+	// The image field and the demo tool are offered for the model that takes
+	// them (the page's script shows them for the option so marked).
+	for _, want := range []string{`<option value="tg-chat" data-tools data-images>tg-chat (tools, image_input)</option>`,
+		`<option value="tg-mini">tg-mini</option>`, `<input type="file" id="pg-image" accept="image/png,image/jpeg,image/gif,image/webp">`,
+		`<input type="checkbox" id="pg-tools">`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("playground page lacks %s", want)
+		}
 	}
 	csrf := regexp.MustCompile(`data-csrf="([^"]+)"`).FindStringSubmatch(p.body)[1]
 	ask := func(token string) page {
