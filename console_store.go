@@ -55,6 +55,16 @@ type ChargeDay struct {
 	Uncollected      Amount
 }
 
+// DayMark fingerprints an account's ledger rows of one UTC day: how many
+// there are and the highest sequence number among them. Rows are only ever
+// added, so a day whose mark is unchanged has the same rows, and the sums
+// read from them before still hold (console/daycache.go).
+type DayMark struct {
+	Day     time.Time // midnight UTC
+	Rows    int64
+	LastSeq int64
+}
+
 // ConsoleStore keeps the console's invitations, passwords and sessions, and
 // answers the console's two reads the billing store has no shape for.
 type ConsoleStore interface {
@@ -84,6 +94,14 @@ type ConsoleStore interface {
 	// UTC day, key, model and backend class, oldest day first: what the
 	// console's chart and CSV export read, without a row per request.
 	DailyCharges(ctx context.Context, f UsageFilter) ([]ChargeDay, error)
+	// DayMarks returns the mark of each UTC day in [since, until) that has
+	// ledger rows of the account (of any kind), oldest first, read from the
+	// (account_id, time) index without the rows themselves.
+	DayMarks(ctx context.Context, accountID string, since, until time.Time) ([]DayMark, error)
+	// SpanMark returns the mark of all the account's ledger rows in [since,
+	// until) together (Day: since), read from the same index: a cheaper
+	// check than DayMarks that nothing changed.
+	SpanMark(ctx context.Context, accountID string, since, until time.Time) (DayMark, error)
 	// RecentCharges returns charges matching f, newest first, skipping
 	// offset and returning at most limit.
 	RecentCharges(ctx context.Context, f UsageFilter, offset, limit int) ([]LedgerEntry, error)

@@ -83,6 +83,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c.o.Log.Info("console sign-in", "account", acctID, "client", addr)
+	// Sum the overview's past days now, so that the page the browser is
+	// sent to reads them from the cache (docs/decisions.md).
+	today, _, _, since := overviewDays(now)
+	if _, err := c.closed.get(r.Context(), c.st, acctID, since, today); err != nil {
+		c.o.Log.Warn("console: sum the past days at sign-in", "account", acctID, "err", err)
+	}
 	c.setCookie(w, r, sessionCookie, token, c.o.SessionTTL, http.SameSiteLaxMode)
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	return nil

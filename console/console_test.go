@@ -35,6 +35,7 @@ models:
     backends:
       - class: network
         upstream_model: up
+        capabilities: [tools, image_input]
         rates: {input: "0.12", output: "0.40"}
         nodes: [{url: "http://127.0.0.1:1/v1"}]
       - class: fallback
@@ -504,15 +505,62 @@ func TestOverviewFigures(t *testing.T) {
 			t.Errorf("overview lacks %s", want)
 		}
 	}
-	if n := strings.Count(p.body, "<rect x="); n != 4 {
-		t.Errorf("%d bars, want 4 (two models today, one 3 days ago, one 25 days ago)", n)
+	if n := strings.Count(p.body, "<rect x="); n != 8 {
+		t.Errorf("%d bars, want 4 in each chart (two models today, one 3 days ago, one 25 days ago)", n)
 	}
-	if !strings.Contains(p.body, "2026-02-23 · tg-chat · 2.00 USD") {
-		t.Error("the bar of 25 days ago is missing its title")
+	for _, want := range []string{
+		"2026-02-23 · tg-chat · 2.00 USD", "2026-02-23 · tg-chat · 120 tokens", // the bars of 25 days ago
+		`<svg class="chart" id="spend-chart"`, `<svg class="chart" id="tokens-chart"`,
+		`<title id="tokens-svg-title">Tokens per day by model, last 30 days</title>`,
+		`the tallest day is 240 tokens`, // today: two charges of 120 tokens
+		// The tables for screen readers: a column per model, then the day's total.
+		`<th scope="col" class="num">tg-chat</th><th scope="col" class="num">tg-mini</th><th scope="col" class="num">Total</th>`,
+		`<tr><th scope="row">2026-03-20</th><td class="num">0.000000000001</td><td class="num">0.25</td><td class="num">0.250000000001</td></tr>`,
+		`<tr><th scope="row">2026-03-20</th><td class="num">120</td><td class="num">120</td><td class="num">240</td></tr>`,
+		`<tr><th scope="row">2026-03-17</th><td class="num">120</td><td class="num">0</td><td class="num">120</td></tr>`,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the charts lack %s", want)
+		}
 	}
 	pricing := string(server.BuildPricing(e.cat, 3, 4))
 	if !strings.Contains(pricing, `"network":{"input":"0.12","output":"0.4"}`) {
 		t.Errorf("pricing document changed shape: %s", pricing)
+	}
+}
+
+// The overview's past days are cached from sign-in on, and a charge that
+// lands in a past day later (recovered from a dead instance's journal) shows
+// at the next view; a new day moves the chart.
+func TestOverviewPastDaysCache(t *testing.T) {
+	e := newEnv(t, Options{})
+	now := e.clock.now() // 2026-03-20 15:00 UTC
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("1"), now.AddDate(0, 0, -3))
+	b := e.signedIn(t)
+	a := e.con.closed.account(e.acct.ID)
+	if len(a.out) != 1 || a.out[0].Cost != tollgate.MustParseAmount("1") {
+		t.Fatalf("the sign-in did not sum the past days: %+v", a.out)
+	}
+	if p := b.get("/console/"); !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+		t.Fatal("overview before the late charge")
+	}
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
+	p := b.get("/console/")
+	if !strings.Contains(p.body, `id="spend-month">1.50 USD`) || !strings.Contains(p.body, "2026-03-15 · tg-mini · 0.50 USD") {
+		t.Error("a charge into a past day does not show at the next view")
+	}
+	// Only the changed day was summed again: the other day's sums are the
+	// cached ones.
+	if a.days[now.Truncate(24*time.Hour).AddDate(0, 0, -3)].sums[0].Requests != 1 || len(a.out) != 2 {
+		t.Errorf("cached days after the late charge: %+v", a.out)
+	}
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now)
+	e.clock.add(10 * time.Hour) // 01:00 the next day, within the sign-in
+	p = b.get("/console/")
+	for _, want := range []string{`id="spend-today">0.00 USD`, `id="spend-month">3.50 USD`, "2026-03-20 · tg-chat · 2.00 USD"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the next day, the overview lacks %s", want)
+		}
 	}
 }
 
@@ -640,6 +688,15 @@ func TestPlaygroundKey(t *testing.T) {
 	p := b.get("/console/playground")
 	if p.status != 200 || !strings.Contains(p.body, `<option value="tg-mini">`) || !strings.Contains(p.body, `id="pg-answer"`) {
 		t.Fatalf("playground page: %d\n%s", p.status, p.body)
+	}
+	// The image field and the demo tool are offered for the model that takes
+	// them (the page's script shows them for the option so marked).
+	for _, want := range []string{`<option value="tg-chat" data-tools data-images>tg-chat (tools, image_input)</option>`,
+		`<option value="tg-mini">tg-mini</option>`, `<input type="file" id="pg-image" accept="image/png,image/jpeg,image/gif,image/webp">`,
+		`<input type="checkbox" id="pg-tools">`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("playground page lacks %s", want)
+		}
 	}
 	csrf := regexp.MustCompile(`data-csrf="([^"]+)"`).FindStringSubmatch(p.body)[1]
 	ask := func(token string) page {

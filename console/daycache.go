@@ -8,45 +8,111 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// closedDays caches each account's daily charges before today: the
-// overview reads them on every view, and summing 30 days of a busy
-// account's ledger costs more than the page may (BenchmarkPages). A day
-// that has ended gains no charge, except one recovered from a dead
-// instance's journal, which shows within closedDaysTTL.
+// closedDays caches each account's daily charges of the days before today:
+// the overview reads 30 of them on every view, and summing a busy account's
+// 30 days of ledger rows costs more than the page may (BenchmarkPages). A
+// day that has ended almost never gains a row; when it does (a charge
+// recovered from a dead instance's journal, by this instance or another, or
+// written late by an instance whose clock is behind), its DayMark changes.
+// So each view counts the span's rows from the ledger's index alone; when
+// that changed, it reads each day's mark and sums again only the days whose
+// mark is not the cached one: a day's sums are read once, and a new day adds
+// one day's rows.
 type closedDays struct {
-	mu      sync.Mutex
-	entries map[string]closedEntry
+	mu       sync.Mutex
+	accounts map[string]*accountDays
 }
 
-type closedEntry struct {
-	since, until time.Time
-	read         time.Time
-	days         []tollgate.ChargeDay
+// accountDays is one account's cached days; its lock makes a second view
+// wait for the first one's sums rather than read them again.
+type accountDays struct {
+	mu   sync.Mutex
+	days map[time.Time]closedDay
+	span tollgate.DayMark // of the days last returned: unchanged, they all are
+	out  []tollgate.ChargeDay
 }
 
-const (
-	closedDaysTTL = 5 * time.Minute
-	closedDaysMax = 10_000 // accounts; past it the cache starts over
-)
+type closedDay struct {
+	mark tollgate.DayMark
+	sums []tollgate.ChargeDay
+}
 
-// get returns the account's charges in [since, until), from the cache when
-// fresh.
-func (c *closedDays) get(ctx context.Context, st Store, account string, since, until, now time.Time) ([]tollgate.ChargeDay, error) {
+const closedDaysMax = 10_000 // accounts; past it the cache starts over
+
+func (c *closedDays) account(id string) *accountDays {
 	c.mu.Lock()
-	e, ok := c.entries[account]
-	c.mu.Unlock()
-	if ok && e.since.Equal(since) && e.until.Equal(until) && now.Sub(e.read) < closedDaysTTL {
-		return e.days, nil
+	defer c.mu.Unlock()
+	if c.accounts == nil || len(c.accounts) >= closedDaysMax {
+		c.accounts = map[string]*accountDays{}
 	}
-	days, err := st.DailyCharges(ctx, tollgate.UsageFilter{AccountID: account, Since: since, Until: until})
+	a := c.accounts[id]
+	if a == nil {
+		a = &accountDays{}
+		c.accounts[id] = a
+	}
+	return a
+}
+
+// get returns the account's daily charges in [since, until), whole days,
+// oldest first. The caller must not modify the slice.
+func (c *closedDays) get(ctx context.Context, st Store, account string, since, until time.Time) ([]tollgate.ChargeDay, error) {
+	a := c.account(account)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// The usual view: one count over the span's index entries says no day
+	// changed.
+	span, err := st.SpanMark(ctx, account, since, until)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	if c.entries == nil || len(c.entries) >= closedDaysMax {
-		c.entries = map[string]closedEntry{}
+	if a.out != nil && span == a.span {
+		return a.out, nil
 	}
-	c.entries[account] = closedEntry{since: since, until: until, read: now, days: days}
-	c.mu.Unlock()
-	return days, nil
+	marks, err := st.DayMarks(ctx, account, since, until)
+	if err != nil {
+		return nil, err
+	}
+	// One sum over the span of the days that changed: usually the day that
+	// has just ended, or one a late charge went into. The sums are read after
+	// the marks, so they hold at least the rows the marks counted.
+	var lo, hi time.Time
+	for _, m := range marks {
+		if d, ok := a.days[m.Day]; !ok || d.mark != m {
+			if lo.IsZero() {
+				lo = m.Day
+			}
+			hi = m.Day.AddDate(0, 0, 1)
+		}
+	}
+	fresh := make(map[time.Time]closedDay, len(marks))
+	if !lo.IsZero() {
+		sums, err := st.DailyCharges(ctx, tollgate.UsageFilter{AccountID: account, Since: lo, Until: hi})
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range sums {
+			d := fresh[s.Day]
+			d.sums = append(d.sums, s)
+			fresh[s.Day] = d
+		}
+	}
+	out := make([]tollgate.ChargeDay, 0, 2*len(marks))
+	a.span = tollgate.DayMark{Day: since}
+	for _, m := range marks {
+		d, summed := fresh[m.Day]
+		if !summed && !m.Day.Before(lo) && m.Day.Before(hi) {
+			summed = true // in the span summed, with no charge (a credit's day)
+		}
+		if !summed {
+			d = a.days[m.Day]
+		}
+		d.mark = m
+		fresh[m.Day] = d
+		out = append(out, d.sums...)
+		a.span.Rows += m.Rows
+		a.span.LastSeq = max(a.span.LastSeq, m.LastSeq)
+	}
+	// Days that left the range (or never had rows) are dropped.
+	a.days, a.out = fresh, out
+	return out, nil
 }

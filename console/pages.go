@@ -23,7 +23,7 @@ type overviewData struct {
 	Balance                     tollgate.Balance
 	Today, Month                tollgate.Amount
 	TodayRequests, MonthRequest int64
-	Chart                       chart
+	Spend, Tokens               chart // per day by model, the chart's days
 	Models                      []modelSpend
 	Prices                      []priceRow
 	Uptime                      string
@@ -46,16 +46,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := c.o.Now().UTC()
-	today := now.Truncate(24 * time.Hour)
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	first := today.AddDate(0, 0, -(chartDays - 1))
-	since := first
-	if month.Before(first) {
-		since = month
-	}
+	today, first, month, since := overviewDays(now)
 	acc := newChartAcc(first)
 	byModel := map[string]*modelSpend{}
-	closed, err := c.closed.get(ctx, c.st, req.account.ID, since, today, now)
+	closed, err := c.closed.get(ctx, c.st, req.account.ID, since, today)
 	if err != nil {
 		return err
 	}
@@ -75,7 +69,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		if day.Day.Before(first) {
 			continue
 		}
-		acc.add(day.Day, day.Model, day.Cost)
+		acc.add(day.Day, day.Model, day.Cost, day.PromptTokens+day.CompletionTokens)
 		m := byModel[day.Model]
 		if m == nil {
 			m = &modelSpend{Model: day.Model}
@@ -85,7 +79,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		m.Tokens += day.PromptTokens + day.CompletionTokens
 		m.Cost += day.Cost
 	}
-	d.Chart = acc.render()
+	d.Spend, d.Tokens = acc.charts()
 	for _, m := range byModel {
 		d.Models = append(d.Models, *m)
 	}
@@ -98,6 +92,20 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	v := c.accountView(r, "Overview", "overview")
 	v.Data = d
 	return c.render(w, http.StatusOK, "overview", v)
+}
+
+// overviewDays are the overview's days: today, the chart's first, this
+// month's first, and the earliest of the last two (where its sums start).
+func overviewDays(now time.Time) (today, first, month, since time.Time) {
+	now = now.UTC()
+	today = now.Truncate(24 * time.Hour)
+	month = time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	first = today.AddDate(0, 0, -(chartDays - 1))
+	since = first
+	if month.Before(first) {
+		since = month
+	}
+	return today, first, month, since
 }
 
 // priceRow is one model's line of /pricing, as /pricing writes it.

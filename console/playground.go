@@ -9,7 +9,10 @@ import (
 )
 
 // The playground: the page sends a chat request through the public API
-// (/v1/chat/completions, streamed) with a key made for the session. No
+// (/v1/chat/completions, streamed) with a key made for the session, with an
+// image attached (a data: URL read in the page) when the model takes images,
+// and a demo tool (get_time, which the page answers itself and sends back)
+// when the model takes tools. No
 // stored key's secret can be shown again, so the page asks for a fresh one
 // (POST /console/playground/key); it lives until the session ends, is
 // replaced (and the previous one revoked) when the page asks again, and is
@@ -25,6 +28,9 @@ type playgroundData struct {
 type playgroundModel struct {
 	ID   string
 	Caps string
+	// Tools and Images: the page offers its demo tool, and an image to
+	// attach, only to a model that takes them.
+	Tools, Images bool
 }
 
 func (c *Console) playground(w http.ResponseWriter, r *http.Request) error {
@@ -38,7 +44,8 @@ func (c *Console) playground(w http.ResponseWriter, r *http.Request) error {
 				}
 				caps += string(cp)
 			}
-			d.Models = append(d.Models, playgroundModel{ID: m.ID, Caps: caps})
+			d.Models = append(d.Models, playgroundModel{ID: m.ID, Caps: caps,
+				Tools: m.Caps.Has(tollgate.CapTools), Images: m.Caps.Has(tollgate.CapImageInput)})
 		}
 	}
 	v := c.accountView(r, "Playground", "playground")

@@ -226,3 +226,39 @@ func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollg
 	}
 	return out, nil
 }
+
+// DayMarks counts the account's ledger rows per UTC day in [since, until)
+// and takes their highest seq.
+func (db *DB) DayMarks(ctx context.Context, accountID string, since, until time.Time) ([]tollgate.DayMark, error) {
+	rows, err := db.pool.Query(ctx, `SELECT floor(extract(epoch FROM time) / 86400)::bigint, count(*), max(seq) FROM ledger
+		WHERE account_id = $1 AND time >= $2 AND time < $3 GROUP BY 1 ORDER BY 1`, accountID, since, until)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: day marks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.DayMark, error) {
+		var m tollgate.DayMark
+		var day int64
+		err := r.Scan(&day, &m.Rows, &m.LastSeq)
+		m.Day = time.Unix(day*86400, 0).UTC()
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: day marks: %w", err)
+	}
+	if out == nil {
+		out = []tollgate.DayMark{}
+	}
+	return out, nil
+}
+
+// SpanMark counts the account's ledger rows in [since, until) and takes
+// their highest seq.
+func (db *DB) SpanMark(ctx context.Context, accountID string, since, until time.Time) (tollgate.DayMark, error) {
+	m := tollgate.DayMark{Day: since}
+	err := db.pool.QueryRow(ctx, `SELECT count(*), coalesce(max(seq), 0) FROM ledger WHERE account_id = $1 AND time >= $2 AND time < $3`,
+		accountID, since, until).Scan(&m.Rows, &m.LastSeq)
+	if err != nil {
+		return m, fmt.Errorf("postgres: span mark: %w", err)
+	}
+	return m, nil
+}

@@ -250,3 +250,43 @@ func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollg
 	}
 	return out, nil
 }
+
+// DayMarks counts the account's ledger rows per UTC day in [since, until)
+// and takes their highest seq; seq is the rowid, which ledger_account_time
+// holds, so the query reads that index alone.
+func (db *DB) DayMarks(ctx context.Context, accountID string, since, until time.Time) ([]tollgate.DayMark, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT time / 86400000000, count(*), max(seq) FROM ledger
+		WHERE account_id = ? AND time >= ? AND time < ? GROUP BY 1 ORDER BY 1`, accountID, toMicros(since), toMicros(until))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: day marks: %w", err)
+	}
+	defer rows.Close()
+	out := []tollgate.DayMark{}
+	for rows.Next() {
+		var m tollgate.DayMark
+		var day int64
+		if err := rows.Scan(&day, &m.Rows, &m.LastSeq); err != nil {
+			return nil, fmt.Errorf("sqlite: day marks: %w", err)
+		}
+		m.Day = time.Unix(day*86400, 0).UTC()
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: day marks: %w", err)
+	}
+	return out, nil
+}
+
+// SpanMark counts the account's ledger rows in [since, until) and takes
+// their highest seq, from ledger_account_time alone.
+func (db *DB) SpanMark(ctx context.Context, accountID string, since, until time.Time) (tollgate.DayMark, error) {
+	m := tollgate.DayMark{Day: since}
+	var last sql.NullInt64
+	err := db.r.QueryRowContext(ctx, `SELECT count(*), max(seq) FROM ledger WHERE account_id = ? AND time >= ? AND time < ?`,
+		accountID, toMicros(since), toMicros(until)).Scan(&m.Rows, &last)
+	if err != nil {
+		return m, fmt.Errorf("sqlite: span mark: %w", err)
+	}
+	m.LastSeq = last.Int64
+	return m, nil
+}

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"image"
+	"image/color"
+	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +20,37 @@ import (
 
 	"github.com/tollgate/tollgate"
 )
+
+// visionModel takes images and tools, for the playground's image and tool.
+const visionModel = `
+  - id: bill-vision
+    kind: chat
+    context_length: 32768
+    max_output_tokens: 4096
+    backends:
+      - class: network
+        upstream_model: up-vllm
+        capabilities: [tools, image_input]
+        rates: {input: "0.5", output: "3.000007"}
+        nodes:
+          - {name: node-vision, url: "{{flav-vllm}}/v1", flavour: vllm}
+`
+
+// tinyPNG is a small gradient to attach in the playground.
+func tinyPNG(t *testing.T) []byte {
+	t.Helper()
+	m := image.NewRGBA(image.Rect(0, 0, 96, 64))
+	for x := range 96 {
+		for y := range 64 {
+			m.Set(x, y, color.RGBA{R: uint8(x * 2), G: uint8(y * 3), B: 180, A: 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
 
 // The console in a real browser (headless Chromium, driven over the
 // DevTools protocol): sign in through an invitation, create a key, use the
@@ -42,7 +78,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	t.Setenv("TOLLGATE_TEST_ADMIN_TOKEN", "browser-admin-token")
-	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(5), listen: "  admin: 127.0.0.1:0\n",
+	h := newHarness(t, harnessOptions{models: flatModel + visionModel, credit: tollgate.Dollars(5), listen: "  admin: 127.0.0.1:0\n",
 		extraYAML: "admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n"})
 	base := "http://" + h.main.Addr("api")
 	token, _, err := tollgate.IssueInvite(t.Context(), h.main.Store.(tollgate.ConsoleStore), h.acct.ID, time.Now())
@@ -163,6 +199,52 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the answer did not stream: lengths seen %v", seen)
 	}
 	run("playground screenshot", shot("playground"))
+
+	// A model with tools and image input: the page shows the image field and
+	// the demo tool for it (and not the image field for bill-flat), sends an
+	// image as a data: URL, answers the model's get_time call itself and
+	// streams the reply to the tool's answer.
+	visible := func(id string) bool {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("`+id+`").hidden`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if visible("pg-image-field") || !visible("pg-tools-field") {
+		t.Errorf("bill-flat (tools, no images): image field shown %v, tool shown %v", visible("pg-image-field"), visible("pg-tools-field"))
+	}
+	img := filepath.Join(t.TempDir(), "dot.png")
+	if err := os.WriteFile(img, tinyPNG(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("playground with an image and a tool",
+		chromedp.SetValue(css(`#pg-model`), "bill-vision"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("pg-model").dispatchEvent(new Event("change"))`),
+		chromedp.WaitVisible(css(`#pg-image`)),
+		chromedp.SetUploadFiles(css(`#pg-image`), []string{img}),
+		chromedp.WaitVisible(css(`#pg-image-preview`)),
+		chromedp.Click(css(`#pg-tools`)),
+		chromedp.SetValue(css(`#pg-message`), "What time is it, and what is in this picture? [sim tokens=12 gap=20ms]"),
+		chromedp.Click(css(`#pg-send`)),
+		chromedp.Poll[chromedp.Void](`/Request 2:.*cost|Error/.test(document.getElementById("pg-usage").textContent)`,
+			chromedp.WithPollingTimeout(20*time.Second)),
+		shot("playground-tools"),
+	)
+	usage := text("#pg-usage")
+	steps := text("#pg-steps")
+	if !strings.Contains(steps, "The model called get_time with") || !strings.Contains(steps, `This page answered {"utc":"`) {
+		t.Errorf("the tool call and the page's answer are not shown: %q", steps)
+	}
+	if m := regexp.MustCompile(`^Request 1: (\d+) prompt \+ \d+ completion tokens · cost [0-9.]+ USD.* — Request 2: \d+ prompt \+ 12 completion tokens · cost [0-9.]+ USD`).FindStringSubmatch(usage); m == nil {
+		t.Errorf("playground usage with a tool call %q, want two requests, the second with 12 completion tokens", usage)
+	} else if n, _ := strconv.Atoi(m[1]); n < 85 {
+		t.Errorf("the first request's prompt is %d tokens: the image (85 tokens and more) was not sent", n)
+	}
+	if a := text("#pg-answer"); len(a) == 0 {
+		t.Error("no reply after the tool's answer")
+	}
 	h.main.Biller.Wait()
 
 	run("overview after", chromedp.Navigate(base+"/console/"), chromedp.WaitVisible(css(`#spend-today`)))

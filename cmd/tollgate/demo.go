@@ -229,11 +229,14 @@ The console (balance, keys, activity, prices) is at %s/console/
   set its password once at %s%s
   (the link works once; later runs print a new one)
 
-  Operators: http://%s/metrics  /healthz  /readyz  /console/
-  (admin API, operator console and /debug/pprof/: Authorization: Bearer %s)
+The operator console (accounts, credits, nodes, audit) is at http://%s/console/
+  sign in with the admin token %s
+  (the same token opens the admin API and /debug/pprof/ there: Authorization: Bearer <token>)
+
+  Operators: http://%s/metrics  /healthz  /readyz
 
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, site, site, k.AccountID, site, invite, m.Addr("admin"), adminToken, cfgPath)
+`, *dir, base, secret, site, site, k.AccountID, site, invite, m.Addr("admin"), adminToken, m.Addr("admin"), cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,7 +36,8 @@ func (l *lockedBuffer) String() string {
 
 // `tollgate demo` as the README's first command: it prints the exports, the
 // web-search curl line works (an answer with citations), and the admin
-// listener it prints serves /metrics.
+// listener it prints serves /metrics and the operator console, which the
+// printed admin token signs in to.
 func TestDemoServesWebSearchAndMetrics(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,6 +98,40 @@ func TestDemoServesWebSearchAndMetrics(t *testing.T) {
 	mresp.Body.Close()
 	if !strings.Contains(string(mb), `tollgate_web_searches_total{class="network",model="tg-chat"} 1`) {
 		t.Fatalf("the demo's /metrics does not show the search: %.2000s", mb)
+	}
+
+	opConsole := regexp.MustCompile(`operator console .* is at (http://\S+/console/)\n\s+sign in with the admin token (\S+)`).FindStringSubmatch(text)
+	if opConsole == nil {
+		t.Fatalf("the demo does not say how to open the operator console:\n%s", text)
+	}
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	form, err := browser.Get(opConsole[1] + "signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, _ := io.ReadAll(form.Body)
+	form.Body.Close()
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(fb)
+	if form.StatusCode != 200 || csrf == nil {
+		t.Fatalf("operator sign-in form: %d %.500s", form.StatusCode, fb)
+	}
+	signin, err := browser.PostForm(opConsole[1]+"signin", url.Values{"csrf": {string(csrf[1])}, "token": {opConsole[2]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signin.Body.Close()
+	if signin.StatusCode != http.StatusSeeOther || signin.Header.Get("Location") != "/console/" {
+		t.Fatalf("operator sign-in with the printed token: %d %s", signin.StatusCode, signin.Header.Get("Location"))
+	}
+	accounts, err := browser.Get(opConsole[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, _ := io.ReadAll(accounts.Body)
+	accounts.Body.Close()
+	if accounts.StatusCode != 200 || !strings.Contains(string(ab), "acct_") {
+		t.Fatalf("the operator console's accounts after sign-in: %d %.1000s", accounts.StatusCode, ab)
 	}
 }
 

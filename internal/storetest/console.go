@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -154,5 +155,51 @@ func testConsoleKeyUsage(t *testing.T, s BillingStore, c tollgate.ConsoleStore) 
 	es, err = c.RecentCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, Model: "other"}, 0, 10)
 	if err != nil || len(es) != 0 {
 		t.Errorf("recent of another model = %+v, %v", es, err)
+	}
+
+	// Day marks: a row added to a past day (a recovered charge) changes that
+	// day's mark, and only that day's; another account's rows change none.
+	day := t0.Truncate(24 * time.Hour)
+	marks := func() []tollgate.DayMark {
+		t.Helper()
+		ms, err := c.DayMarks(ctx(t), a.ID, day.AddDate(0, 0, -1), day.AddDate(0, 0, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	h := holdOp(a, k1, usd("0.5"), t0.AddDate(0, 0, 1))
+	apply(t, s, h, settleOp(h, usd("0.000000000007"), t0.AddDate(0, 0, 1)))
+	before := marks()
+	if len(before) < 2 || !before[len(before)-1].Day.Equal(day.AddDate(0, 0, 1)) || before[len(before)-1].Rows != 1 {
+		t.Fatalf("day marks = %+v, want the next day's one row last", before)
+	}
+	b, _ := fundedKey(t, s, usd("10"), nil)
+	bk, _ := newKey(t, s, b.ID, nil)
+	hb := holdOp(b, bk, usd("0.5"), t0)
+	apply(t, s, hb, settleOp(hb, usd("0.000000000007"), t0))
+	if after := marks(); !slices.Equal(after, before) {
+		t.Errorf("another account's charge changed the marks: %+v, were %+v", after, before)
+	}
+	h = holdOp(a, k1, usd("0.5"), t0.Add(30*time.Second))
+	apply(t, s, h, settleOp(h, usd("0.000000000007"), t0.Add(30*time.Second)))
+	span, err := c.SpanMark(ctx(t), a.ID, day.AddDate(0, 0, -1), day.AddDate(0, 0, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := marks()
+	if want := (tollgate.DayMark{Day: day.AddDate(0, 0, -1), Rows: after[0].Rows + after[1].Rows, LastSeq: max(after[0].LastSeq, after[1].LastSeq)}); len(after) != 2 || span != want {
+		t.Errorf("span mark = %+v, want %+v (from the day marks %+v)", span, want, after)
+	}
+	if empty, err := c.SpanMark(ctx(t), a.ID, day.AddDate(0, 0, 5), day.AddDate(0, 0, 6)); err != nil || empty.Rows != 0 || empty.LastSeq != 0 {
+		t.Errorf("span mark of an empty span = %+v, %v", empty, err)
+	}
+	i := slices.IndexFunc(after, func(m tollgate.DayMark) bool { return m.Day.Equal(day) })
+	j := slices.IndexFunc(before, func(m tollgate.DayMark) bool { return m.Day.Equal(day) })
+	if i < 0 || j < 0 || after[i].Rows != before[j].Rows+1 || after[i].LastSeq <= before[len(before)-1].LastSeq {
+		t.Errorf("a charge into a past day: marks %+v, were %+v", after, before)
+	}
+	if after[len(after)-1] != before[len(before)-1] {
+		t.Errorf("a charge into a past day changed the next day's mark: %+v, was %+v", after[len(after)-1], before[len(before)-1])
 	}
 }
