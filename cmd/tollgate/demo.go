@@ -221,8 +221,8 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
     -H "Authorization: Bearer $OPENAI_API_KEY" -H "Content-Type: application/json" \
     -d '{"model":"tg-chat","web_search_options":{},"messages":[{"role":"user","content":"What is new in Lisbon?"}]}'
 
-  curl -s $OPENAI_BASE_URL/models          # the catalogue and capabilities
-  curl -s %s/pricing                       # public rates
+  curl -s $OPENAI_BASE_URL/models   # the catalogue and capabilities
+  curl -s %s/pricing   # public rates
 
 The console (balance, keys, activity, prices) is at %s/console/
   account: %s
