@@ -310,8 +310,18 @@ func TestBillingCrashMidStream(t *testing.T) {
 				t.Fatalf("stream: %v %v", resp, err)
 			}
 			reqID := resp.Header.Get("X-Request-Id")
-			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-				t.Fatalf("first line: %v", err)
+			// Read until the second chunk with text: the stream's first
+			// progress record (made right after its first token, before the
+			// next chunk is read from the backend) is then in the journal.
+			br := bufio.NewReader(resp.Body)
+			for texts := 0; texts < 2; {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatalf("reading the stream: %v", err)
+				}
+				if strings.Contains(line, `"content":"`) && !strings.Contains(line, `"content":""`) {
+					texts++
+				}
 			}
 			hs, err := st.Holds(context.Background(), acct.ID)
 			if err != nil || len(hs) != 1 || hs[0].RequestID != reqID {
