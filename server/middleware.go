@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -153,12 +155,18 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				s.Metrics.InflightRequests.Dec()
 				s.observe(sw, ri, start)
 			}
-			if s.Log.Enabled(r.Context(), slog.LevelInfo) {
+			if s.RequestLog != nil || s.Log.Enabled(r.Context(), slog.LevelInfo) {
 				// The line is made once the client has the response:
 				// net/http would send it when the handler returns, after
-				// this, so it is flushed here first when it is whole.
+				// this, so it is flushed here first when it is whole. A
+				// stream whose line is written straight into the log's
+				// buffer (RequestLog: a few microseconds, no system call)
+				// is not: its flush would split the stream's last write
+				// (the usage chunk and [DONE]) from net/http's (the end of
+				// the chunked body and the trailer), a second system call
+				// that cost more than the line.
 				d := time.Since(start)
-				if sw.sent(r) {
+				if sw.sent(r) && (s.RequestLog == nil || !sw.flushed) {
 					sw.Flush()
 				}
 				s.logRequest(r, sw, ri, start, d)
@@ -170,56 +178,173 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 
 // logRequest writes the request's line: what an operator needs to follow
 // a request and its money, never a key, a prompt or an answer
-// (docs/operations.md, "Request log").
+// (docs/operations.md, "Request log"). With RequestLog set (JSON logs) the
+// line is written straight to it, as slog's JSON handler would write it,
+// without slog's per-attribute work; otherwise through the logger.
 func (s *Server) logRequest(r *http.Request, sw *statusWriter, ri *requestInfo, start time.Time, d time.Duration) {
-	attrs := make([]slog.Attr, 0, 24)
-	attrs = append(attrs,
-		slog.String("request_id", ri.id),
-		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
-		slog.Int("status", sw.status),
-		slog.Int64("bytes", sw.bytes),
-		slog.Float64("duration_ms", float64(d.Microseconds())/1e3),
-		slog.String("client", clientHost(r.RemoteAddr)),
-	)
+	if s.RequestLog != nil {
+		l := jsonLines.Get().(*jsonLine)
+		l.begin(time.Now())
+		s.requestFields(r, sw, ri, start, d, l)
+		l.end()
+		_, _ = s.RequestLog.Write(l.b)
+		if cap(l.b) <= 8<<10 {
+			jsonLines.Put(l)
+		}
+		return
+	}
+	a := &slogAttrs{a: make([]slog.Attr, 0, 24)}
+	s.requestFields(r, sw, ri, start, d, a)
+	s.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", a.a...)
+}
+
+// fieldSink takes a request line's fields.
+type fieldSink interface {
+	str(k, v string)
+	int(k string, v int64)
+	float(k string, v float64)
+	bool(k string, v bool)
+}
+
+// requestFields lists a request line's fields, in order, into f.
+func (s *Server) requestFields(r *http.Request, sw *statusWriter, ri *requestInfo, start time.Time, d time.Duration, f fieldSink) {
+	f.str("request_id", ri.id)
+	f.str("method", r.Method)
+	f.str("path", r.URL.Path)
+	f.int("status", int64(sw.status))
+	f.int("bytes", sw.bytes)
+	f.float("duration_ms", float64(d.Microseconds())/1e3)
+	f.str("client", clientHost(r.RemoteAddr))
 	if ri.code != "" {
-		attrs = append(attrs, slog.String("error_code", string(ri.code)))
+		f.str("error_code", string(ri.code))
 	}
 	if sw.Header().Get("Idempotent-Replayed") == "true" {
-		attrs = append(attrs, slog.Bool("idempotent_replay", true))
+		f.bool("idempotent_replay", true)
 	}
-	if c := ri.call; c != nil {
-		attrs = append(attrs, slog.String("account", c.Account.ID), slog.String("key_prefix", c.Key.Prefix))
-		if c.Model != "" {
-			attrs = append(attrs, slog.String("model", c.Model), slog.Bool("stream", c.Stream))
+	c := ri.call
+	if c == nil {
+		return
+	}
+	f.str("account", c.Account.ID)
+	f.str("key_prefix", c.Key.Prefix)
+	if c.Model != "" {
+		f.str("model", c.Model)
+		f.bool("stream", c.Stream)
+	}
+	if c.Backend != "" {
+		u := c.Usage
+		f.str("backend", string(c.Backend))
+		f.str("node", c.Node)
+		f.int("prompt_tokens", u.PromptTokens)
+		f.int("completion_tokens", u.CompletionTokens)
+		if u.CachedTokens != nil {
+			f.int("cached_tokens", *u.CachedTokens)
 		}
-		if c.Backend != "" {
-			u := c.Usage
-			attrs = append(attrs,
-				slog.String("backend", string(c.Backend)), slog.String("node", c.Node),
-				slog.Int64("prompt_tokens", u.PromptTokens), slog.Int64("completion_tokens", u.CompletionTokens))
-			if u.CachedTokens != nil {
-				attrs = append(attrs, slog.Int64("cached_tokens", *u.CachedTokens))
-			}
-			if u.ReasoningTokens != nil {
-				attrs = append(attrs, slog.Int64("reasoning_tokens", *u.ReasoningTokens))
-			}
-			attrs = append(attrs, slog.String("cost", c.Cost.String()), slog.Bool("estimated", u.Estimated))
-			if c.Searches > 0 {
-				attrs = append(attrs, slog.Int64("searches", c.Searches))
-			}
+		if u.ReasoningTokens != nil {
+			f.int("reasoning_tokens", *u.ReasoningTokens)
 		}
-		if !c.FirstToken.IsZero() {
-			attrs = append(attrs, slog.Float64("ttft_ms", float64(c.FirstToken.Sub(start).Microseconds())/1e3))
-		}
-		if c.ErrorCode != "" && ri.code == "" {
-			attrs = append(attrs, slog.String("error_code", string(c.ErrorCode)))
-		}
-		if c.Outcome != "" {
-			attrs = append(attrs, slog.String("outcome", c.Outcome))
+		f.str("cost", c.Cost.String())
+		f.bool("estimated", u.Estimated)
+		if c.Searches > 0 {
+			f.int("searches", c.Searches)
 		}
 	}
-	s.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	if !c.FirstToken.IsZero() {
+		f.float("ttft_ms", float64(c.FirstToken.Sub(start).Microseconds())/1e3)
+	}
+	if c.ErrorCode != "" && ri.code == "" {
+		f.str("error_code", string(c.ErrorCode))
+	}
+	if c.Outcome != "" {
+		f.str("outcome", c.Outcome)
+	}
+}
+
+// slogAttrs collects the fields as slog attributes.
+type slogAttrs struct{ a []slog.Attr }
+
+func (s *slogAttrs) str(k, v string)           { s.a = append(s.a, slog.String(k, v)) }
+func (s *slogAttrs) int(k string, v int64)     { s.a = append(s.a, slog.Int64(k, v)) }
+func (s *slogAttrs) float(k string, v float64) { s.a = append(s.a, slog.Float64(k, v)) }
+func (s *slogAttrs) bool(k string, v bool)     { s.a = append(s.a, slog.Bool(k, v)) }
+
+// jsonLine writes the fields as one JSON object, in the form slog's JSON
+// handler gives a record at level info with message "request".
+type jsonLine struct{ b []byte }
+
+var jsonLines = sync.Pool{New: func() any { return &jsonLine{b: make([]byte, 0, 512)} }}
+
+func (l *jsonLine) begin(t time.Time) {
+	l.b = append(l.b[:0], `{"time":"`...)
+	l.b = t.AppendFormat(l.b, "2006-01-02T15:04:05.000Z07:00") // slog's form: milliseconds
+	l.b = append(l.b, `","level":"INFO","msg":"request"`...)
+}
+
+func (l *jsonLine) end() { l.b = append(l.b, "}\n"...) }
+
+func (l *jsonLine) key(k string) {
+	l.b = append(l.b, ',', '"')
+	l.b = append(l.b, k...)
+	l.b = append(l.b, '"', ':')
+}
+
+func (l *jsonLine) str(k, v string) {
+	l.key(k)
+	l.b = appendJSONString(l.b, v)
+}
+
+func (l *jsonLine) int(k string, v int64) {
+	l.key(k)
+	l.b = strconv.AppendInt(l.b, v, 10)
+}
+
+func (l *jsonLine) float(k string, v float64) {
+	l.key(k)
+	l.b = strconv.AppendFloat(l.b, v, 'g', -1, 64)
+}
+
+func (l *jsonLine) bool(k string, v bool) {
+	l.key(k)
+	l.b = strconv.AppendBool(l.b, v)
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, invalid UTF-8 replaced (as encoding/json does).
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			b = append(b, c)
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, `\u00`...)
+				b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
 
 // clientHost is the client's address without its port.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"path"
@@ -54,6 +55,10 @@ type Server struct {
 	Version string
 	// Tracer makes a span per chat request (and the auth span); nil: no tracing.
 	Tracer trace.Tracer
+	// RequestLog, when set, takes each request's log line as JSON written
+	// directly (the config's log.format json at level info or below);
+	// nil: the line goes through Log.
+	RequestLog io.Writer
 
 	draining atomic.Bool
 	// BodyTimeout bounds the time to receive a request body, from the

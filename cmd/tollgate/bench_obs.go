@@ -46,6 +46,7 @@ func benchObservability(ctx context.Context, out io.Writer, cfgText, dir string,
 			lw := newLogWriter(lf, logFlushInterval)
 			closeLog = func() { lw.Close(); lf.Close() }
 			m.Log = slog.New(slog.NewJSONHandler(lw, nil))
+			m.RequestLog = lw // as serve sets it up for JSON logs
 		}
 		if err := m.Open(ctx); err != nil {
 			closeLog()

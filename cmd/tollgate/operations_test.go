@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/config"
 )
 
 // adminGet fetches a path of the admin listener with an optional token.
@@ -286,6 +288,32 @@ func TestReloadDuringStreams(t *testing.T) {
 	} {
 		if !strings.Contains(scrape, want) {
 			t.Errorf("metrics after the reload lack %s", want)
+		}
+	}
+}
+
+// serve writes JSON request lines straight to the log's buffer, and only
+// then: a text log, or a level above info, goes through slog (or nowhere).
+func TestConfigLoggerRequestLines(t *testing.T) {
+	for _, tc := range []struct {
+		format, level string
+		direct        bool
+	}{{"json", "info", true}, {"json", "debug", true}, {"text", "info", false}, {"json", "warn", false}} {
+		cfg := &config.Config{Log: config.Log{Format: tc.format, Level: tc.level, Output: "stderr"}}
+		var errOut bytes.Buffer
+		log, lines, done, err := configLogger(cfg, &errOut, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (lines != nil) != tc.direct || log == nil {
+			t.Errorf("%s at %s: direct request lines %v, want %v", tc.format, tc.level, lines != nil, tc.direct)
+		}
+		if lines != nil {
+			_, _ = lines.Write([]byte("{\"msg\":\"request\"}\n"))
+		}
+		done()
+		if tc.direct && !strings.Contains(errOut.String(), `"msg":"request"`) {
+			t.Errorf("%s: a request line written to the buffer was not written out at close", tc.format)
 		}
 	}
 }

@@ -51,6 +51,9 @@ type Main struct {
 	Tracing *tracing.Provider
 	// NoMetrics leaves the Prometheus metrics out (the benchmark's baseline).
 	NoMetrics bool
+	// RequestLog takes the request lines as JSON written directly
+	// (configLogger's; nil: they go through Log).
+	RequestLog io.Writer
 
 	servers  []*http.Server
 	names    []string          // each server's listener name
@@ -138,6 +141,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}, deps)
 	m.Server = server.New(m.Relay, m.Auth, m.Share, m.Log)
 	m.Server.Metrics = m.Metrics
+	m.Server.RequestLog = m.RequestLog
 	m.Server.Tracer = deps.Tracer
 	m.Server.Version = buildInfo().Version
 	m.Server.Ready = func(ctx context.Context) error {
@@ -399,12 +403,12 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if *logLevel != "" {
 		cfg.Log.Level = *logLevel
 	}
-	log, closeLog, err := configLogger(cfg, c.stderr, c.stdout)
+	log, lines, closeLog, err := configLogger(cfg, c.stderr, c.stdout)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	m := &Main{Config: cfg, Log: log}
+	m := &Main{Config: cfg, Log: log, RequestLog: lines}
 	if err := m.Open(ctx); err != nil {
 		return err
 	}
@@ -474,9 +478,10 @@ func newFormatLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 const logFlushInterval = 200 * time.Millisecond
 
 // configLogger builds the logger the config's log: section asks for, its
-// lines buffered (logWriter). The returned func writes out the rest and
-// closes a log file.
-func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, func(), error) {
+// lines buffered (logWriter). With JSON at level info or below it also
+// returns the writer request lines go to directly (server.RequestLog). The
+// returned func writes out the rest and closes a log file.
+func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, io.Writer, func(), error) {
 	w, done := stderr, func() {}
 	switch out := cfg.Log.Output; out {
 	case "stderr", "":
@@ -488,7 +493,7 @@ func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, f
 		}
 		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 		if err != nil {
-			return nil, nil, fmt.Errorf("log.output: %w", err)
+			return nil, nil, nil, fmt.Errorf("log.output: %w", err)
 		}
 		w, done = f, func() { f.Close() }
 	}
@@ -497,9 +502,13 @@ func configLogger(cfg *config.Config, stderr, stdout io.Writer) (*slog.Logger, f
 	log, err := newFormatLogger(lw, cfg.Log.Level, cfg.Log.Format)
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return log, closeAll, nil
+	var lines io.Writer
+	if cfg.Log.Format == "json" && log.Enabled(context.Background(), slog.LevelInfo) {
+		lines = lw
+	}
+	return log, lines, closeAll, nil
 }
 
 func defaultConfigPath() string {
