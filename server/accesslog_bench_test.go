@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -33,7 +34,18 @@ func BenchmarkAccessLogLine(b *testing.B) {
 	sw.ri.call = &relay.Call{Account: tollgate.Account{ID: "acct_h7BgQWPsnXmHIuLh"}, Key: tollgate.Key{ID: "key_dwlo6KCdp9ktD1Rm"},
 		Model: "bench", Backend: tollgate.ClassNetwork, Node: "sim", Usage: openai.Usage{PromptTokens: 25, CompletionTokens: 16},
 		Cost: 8_900_000, Outcome: "served"}
-	for b.Loop() {
-		s.logRequest(r, sw, &sw.ri, time.Now(), 372*time.Microsecond)
-	}
+	b.Run("slog", func(b *testing.B) {
+		for b.Loop() {
+			s.logRequest(r, sw, &sw.ri, time.Now(), 372*time.Microsecond)
+		}
+	})
+	// As `tollgate serve` writes JSON logs: straight into a buffered writer.
+	b.Run("direct", func(b *testing.B) {
+		w := bufio.NewWriterSize(f, 64<<10)
+		s.RequestLog = w
+		defer func() { s.RequestLog = nil; w.Flush() }()
+		for b.Loop() {
+			s.logRequest(r, sw, &sw.ri, time.Now(), 372*time.Microsecond)
+		}
+	})
 }
