@@ -765,8 +765,10 @@ func streamFailure(payload []byte) *tollgate.Error {
 		Err:     info.cause("", 0)}
 }
 
-// appendJSONString appends s as a JSON string (as encoding/json would, with
-// <, > and & left as they are).
+// AppendJSONString appends s as a JSON string (as encoding/json would, with
+// <, > and & left as they are, and invalid UTF-8 replaced).
+func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
+
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	if !utf8.ValidString(s) {

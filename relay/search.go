@@ -487,10 +487,10 @@ func (sr *searchRequest) appendMessage(v any) {
 	sr.extra = append(sr.extra, b...)
 }
 
-// number cleans a search's results (titles capped, over-long URLs dropped)
-// and numbers them after the request's earlier results: the sources that
-// citations may point at. It returns the cleaned results and the first's
-// number.
+// number cleans a search's results (titles capped, over-long URLs dropped:
+// the hold's bound counts on both) and numbers them after the request's
+// earlier results: the sources that citations may point at. It returns the
+// cleaned results and the first's number.
 func (sr *searchRequest) number(results []search.Result) ([]search.Result, int) {
 	first := len(sr.sources) + 1
 	out := make([]search.Result, 0, len(results))
@@ -500,8 +500,8 @@ func (sr *searchRequest) number(results []search.Result) ([]search.Result, int) 
 		}
 		res.Title = truncateRunes(res.Title, searchTitleMax)
 		out = append(out, res)
-		sr.sources = append(sr.sources, search.Source{Number: len(sr.sources) + 1, URL: res.URL, Title: res.Title})
 	}
+	sr.sources = append(sr.sources, search.Sources(out, first)...)
 	return out, first
 }
 

@@ -228,19 +228,10 @@ type searchStream struct {
 	buf       []byte
 }
 
+// chunk sends one chunk with the delta and finish reason ("": null).
 func (ss *searchStream) chunk(delta []byte, finish string) bool {
-	b := append(ss.buf[:0], ss.head...)
-	b = append(b, `"choices":[{"index":0,"delta":`...)
-	b = append(b, delta...)
-	b = append(b, `,"finish_reason":`...)
-	if finish == "" {
-		b = append(b, "null"...)
-	} else {
-		b = strconv.AppendQuote(b, finish)
-	}
-	b = append(b, `,"logprobs":null}]}`...)
-	ss.buf = b
-	return ss.s.send(b)
+	ss.buf = ss.appendChunk(ss.buf[:0], delta, finish)
+	return ss.s.send(ss.buf)
 }
 
 // delta forwards one piece of the answer (member content, reasoning or refusal).
@@ -398,7 +389,12 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 
 // render is chunk without sending: the stream's closing chunks go out in one write.
 func (ss *searchStream) render(delta []byte, finish string) []byte {
-	b := append([]byte(nil), ss.head...)
+	return ss.appendChunk(nil, delta, finish)
+}
+
+// appendChunk appends {head "choices":[{"index":0,"delta":…,"finish_reason":…,"logprobs":null}]}.
+func (ss *searchStream) appendChunk(b, delta []byte, finish string) []byte {
+	b = append(b, ss.head...)
 	b = append(b, `"choices":[{"index":0,"delta":`...)
 	b = append(b, delta...)
 	b = append(b, `,"finish_reason":`...)

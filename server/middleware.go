@@ -10,12 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/metrics"
+	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -290,7 +290,7 @@ func (l *jsonLine) key(k string) {
 
 func (l *jsonLine) str(k, v string) {
 	l.key(k)
-	l.b = appendJSONString(l.b, v)
+	l.b = openai.AppendJSONString(l.b, v)
 }
 
 func (l *jsonLine) int(k string, v int64) {
@@ -306,45 +306,6 @@ func (l *jsonLine) float(k string, v float64) {
 func (l *jsonLine) bool(k string, v bool) {
 	l.key(k)
 	l.b = strconv.AppendBool(l.b, v)
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced (as encoding/json does).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			b = append(b, c)
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, `\u00`...)
-				b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }
 
 // clientHost is the client's address without its port.
