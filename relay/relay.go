@@ -499,8 +499,10 @@ func (x *exchange) cost(u openai.Usage) (tollgate.Amount, error) {
 func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err error) {
 	ctx, cancel := context.WithTimeout(req.Context(), x.r.opts.NonStreamTimeout)
 	defer cancel()
-	ctx = x.startBackendSpan(ctx)
-	defer func() { x.endBackendSpan(x.call.Usage, "", err) }()
+	if x.r.tracer != nil {
+		ctx = x.startBackendSpan(ctx)
+		defer func() { x.endBackendSpan(x.call.Usage, "", err) }()
+	}
 	resp, err := x.send(ctx)
 	if err != nil {
 		return x.transportError(ctx, req, err)

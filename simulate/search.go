@@ -99,7 +99,7 @@ type Search struct {
 	requests, inFlight, cancelled, completed atomic.Int64
 
 	mu       sync.Mutex
-	changed  chan struct{}
+	changed  signal
 	recorded []Recorded
 }
 
@@ -115,7 +115,7 @@ func NewSearch(cfg SearchConfig) *Search {
 	if cfg.MaxRecorded == 0 {
 		cfg.MaxRecorded = 10000
 	}
-	s := &Search{cfg: cfg, changed: make(chan struct{})}
+	s := &Search{cfg: cfg}
 	f := cfg.Fault
 	s.fault.Store(&f)
 	return s
@@ -171,22 +171,7 @@ func (s *Search) Reset() {
 
 // WaitStats waits until cond holds for the counters, or timeout passes.
 func (s *Search) WaitStats(timeout time.Duration, cond func(SearchStats) bool) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		st := s.Stats()
-		if cond(st) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return fmt.Errorf("simulate: search condition not met within %v (stats %+v)", timeout, st)
-		}
-	}
+	return waitFor(&s.changed, timeout, s.Stats, cond)
 }
 
 // WaitIdle waits until no search request is in flight.
@@ -194,12 +179,7 @@ func (s *Search) WaitIdle(timeout time.Duration) error {
 	return s.WaitStats(timeout, func(st SearchStats) bool { return st.InFlight == 0 })
 }
 
-func (s *Search) notify() {
-	s.mu.Lock()
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
-}
+func (s *Search) notify() { s.changed.notify() }
 
 func (s *Search) record(r *http.Request) {
 	if s.cfg.MaxRecorded < 0 {

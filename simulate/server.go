@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -44,12 +43,11 @@ type Server struct {
 	idSeq atomic.Uint64
 
 	requests, inFlight, openStreams, cancelled, completed atomic.Int64
-	waiters                                               atomic.Int32
 
 	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced when a counter changes while someone waits
-	recorded []Recorded    // chat requests, oldest first
-	all      []Recorded    // every request
+	changed  signal     // wakes WaitStats when a counter changes
+	recorded []Recorded // chat requests, oldest first
+	all      []Recorded // every request
 
 	bufs sync.Pool
 	gpu  *gpu // nil: no GPU timing or prefix cache
@@ -76,7 +74,7 @@ func New(cfg Config) *Server {
 	if cfg.MaxRecorded == 0 {
 		cfg.MaxRecorded = 10000
 	}
-	s := &Server{cfg: cfg, flavour: cfg.Flavour, started: time.Now().Unix(), changed: make(chan struct{})}
+	s := &Server{cfg: cfg, flavour: cfg.Flavour, started: time.Now().Unix()}
 	s.reasoningKey = cfg.ReasoningField
 	if s.reasoningKey == "" {
 		switch cfg.Flavour {
@@ -168,24 +166,7 @@ func (s *Server) Reset() {
 
 // WaitStats waits until cond holds for the counters, or timeout passes.
 func (s *Server) WaitStats(timeout time.Duration, cond func(Stats) bool) error {
-	s.waiters.Add(1)
-	defer s.waiters.Add(-1)
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		st := s.Stats()
-		if cond(st) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return fmt.Errorf("simulate: condition not met within %v (stats %+v)", timeout, st)
-		}
-	}
+	return waitFor(&s.changed, timeout, s.Stats, cond)
 }
 
 // WaitIdle waits until no chat-completion request is in flight.
@@ -193,15 +174,7 @@ func (s *Server) WaitIdle(timeout time.Duration) error {
 	return s.WaitStats(timeout, func(st Stats) bool { return st.InFlight == 0 && st.OpenStreams == 0 })
 }
 
-func (s *Server) notify() {
-	if s.waiters.Load() == 0 {
-		return
-	}
-	s.mu.Lock()
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
-}
+func (s *Server) notify() { s.changed.notify() }
 
 func (s *Server) record(r *http.Request, body []byte, chat bool) {
 	if s.cfg.MaxRecorded < 0 {
