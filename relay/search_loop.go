@@ -151,13 +151,7 @@ func (sr *searchRequest) failNonStream(ctx context.Context, req *http.Request, e
 func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offered bool) (t *turn, err error) {
 	x := sr.x
 	ctx = x.startBackendSpan(ctx)
-	defer func() {
-		if t != nil {
-			x.endBackendSpan(t.usage, t.finish, err)
-		} else {
-			x.endBackendSpan(openai.Usage{}, "", err)
-		}
-	}()
+	defer func() { x.endTurnSpan(t, err) }()
 	resp, err := x.send(ctx)
 	if err != nil {
 		return nil, x.transportError(ctx, req, err)
@@ -316,11 +310,8 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 
 	clientGone := req.Context().Err() != nil || s.writeErr != nil
 	if failure != nil && !clientGone {
-		switch cause := context.Cause(ctx); {
-		case errors.Is(cause, errStreamIdle):
-			failure = tollgate.Errorf(tollgate.CodeTimeout, "the backend sent nothing for %s; the stream was ended", x.r.opts.StreamIdle)
-		case errors.Is(cause, errStreamTotal):
-			failure = tollgate.Errorf(tollgate.CodeTimeout, "the stream exceeded the maximum duration of %s", x.r.opts.StreamTotal)
+		if ce := x.capError(context.Cause(ctx)); ce != nil {
+			failure = ce
 		}
 	}
 
@@ -368,16 +359,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	usage := append(append([]byte(nil), ss.head...), `"choices":[],"usage":`...)
 	usage = sr.appendUsage(usage, u, cost)
 	data(append(usage, '}'))
-	if failure != nil {
-		var te *tollgate.Error
-		if !errors.As(failure, &te) {
-			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
-		}
-		x.call.ErrorCode = te.Code
-		data(openai.ErrorEvent(te))
-	} else {
-		out = append(out, openai.DoneEvent...)
-	}
+	out = x.appendStreamEnd(out, failure)
 	h := s.w.Header()
 	h.Set("X-Tollgate-Cost", cost.String())
 	if u.Estimated {
@@ -445,13 +427,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	sr, s := ss.sr, ss.s
 	x := sr.x
 	ctx = x.startBackendSpan(ctx)
-	defer func() {
-		if t != nil {
-			x.endBackendSpan(t.usage, t.finish, err)
-		} else {
-			x.endBackendSpan(openai.Usage{}, "", err)
-		}
-	}()
+	defer func() { x.endTurnSpan(t, err) }()
 	resp, err := x.send(ctx)
 	if err != nil {
 		cause := context.Cause(ctx)
@@ -591,4 +567,13 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	}
 	sr.split(t, list, offered)
 	return t, nil
+}
+
+// endTurnSpan closes one call's backend span with what the call returned.
+func (x *exchange) endTurnSpan(t *turn, err error) {
+	if t == nil {
+		x.endBackendSpan(openai.Usage{}, "", err)
+		return
+	}
+	x.endBackendSpan(t.usage, t.finish, err)
 }

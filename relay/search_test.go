@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -376,16 +377,7 @@ func TestSearchOffRefused(t *testing.T) {
 	r.search = nil
 	_, err := serveSearchRequest(t, r, `{"model":"m","messages":[{"role":"user","content":"q"}],"web_search_options":{}}`)
 	var te *tollgate.Error
-	if tollgate.ErrorCode(err) != tollgate.CodeCapabilityNotSupported {
-		t.Fatalf("error %v", err)
+	if !errors.As(err, &te) || te.Code != tollgate.CodeCapabilityNotSupported || te.Param != "web_search_options" {
+		t.Fatalf("error %v, want capability_not_supported on web_search_options", err)
 	}
-	if ok := asError(err, &te); !ok || te.Param != "web_search_options" {
-		t.Fatalf("param: %+v", te)
-	}
-}
-
-func asError(err error, te **tollgate.Error) bool {
-	e, ok := err.(*tollgate.Error)
-	*te = e
-	return ok
 }

@@ -153,10 +153,8 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	served := failure == nil && (done || (errors.Is(readErr, io.EOF) && norm.SawFinish()))
 	switch {
 	case served, failure != nil, clientGone:
-	case errors.Is(cause, errStreamIdle):
-		failure = tollgate.Errorf(tollgate.CodeTimeout, "the backend sent nothing for %s; the stream was ended", x.r.opts.StreamIdle)
-	case errors.Is(cause, errStreamTotal):
-		failure = tollgate.Errorf(tollgate.CodeTimeout, "the stream exceeded the maximum duration of %s", x.r.opts.StreamTotal)
+	case x.capError(cause) != nil:
+		failure = x.capError(cause)
 	default:
 		failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Err: readErr,
 			Message: "the backend closed the stream before it finished"}
@@ -211,16 +209,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		s.commit()
 	}
 	s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, &cost))
-	if failure != nil {
-		var te *tollgate.Error
-		if !errors.As(failure, &te) {
-			te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
-		}
-		x.call.ErrorCode = te.Code
-		s.buf = openai.AppendData(s.buf, openai.ErrorEvent(te))
-	} else {
-		s.buf = append(s.buf, openai.DoneEvent...)
-	}
+	s.buf = x.appendStreamEnd(s.buf, failure)
 	s.w.Header().Set("X-Tollgate-Cost", cost.String())
 	if u.Estimated {
 		s.w.Header().Set("X-Tollgate-Usage-Estimated", "true")
@@ -442,4 +431,30 @@ func isEventStream(ct string) bool {
 	}
 	rest := strings.TrimLeft(ct[len(want):], " \t")
 	return rest == "" || rest[0] == ';'
+}
+
+// capError is the client's error for a stream ended by the relay's own
+// caps (cause: the stream context's cause), or nil for any other cause.
+func (x *exchange) capError(cause error) error {
+	switch {
+	case errors.Is(cause, errStreamIdle):
+		return tollgate.Errorf(tollgate.CodeTimeout, "the backend sent nothing for %s; the stream was ended", x.r.opts.StreamIdle)
+	case errors.Is(cause, errStreamTotal):
+		return tollgate.Errorf(tollgate.CodeTimeout, "the stream exceeded the maximum duration of %s", x.r.opts.StreamTotal)
+	}
+	return nil
+}
+
+// appendStreamEnd appends a stream's last event: data: [DONE], or the
+// failure's error event (its code noted for the log and the metrics).
+func (x *exchange) appendStreamEnd(dst []byte, failure error) []byte {
+	if failure == nil {
+		return append(dst, openai.DoneEvent...)
+	}
+	var te *tollgate.Error
+	if !errors.As(failure, &te) {
+		te = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend failed mid-stream", Err: failure}
+	}
+	x.call.ErrorCode = te.Code
+	return openai.AppendData(dst, openai.ErrorEvent(te))
 }
