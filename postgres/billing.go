@@ -358,28 +358,11 @@ func scanEntry(row pgx.CollectableRow) (tollgate.LedgerEntry, error) {
 func (db *DB) Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollgate.LedgerEntry) error) error {
 	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE true`
 	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		q += fmt.Sprintf(" AND "+cond, len(args))
-	}
 	if f.AccountID != "" {
-		add("account_id = $%d", f.AccountID)
+		args = append(args, f.AccountID)
+		q += " AND account_id = $1"
 	}
-	if f.KeyID != "" {
-		add("key_id = $%d", f.KeyID)
-	}
-	if f.Model != "" {
-		add("model = $%d", f.Model)
-	}
-	if f.Class != "" {
-		add("class = $%d", string(f.Class))
-	}
-	if !f.Since.IsZero() {
-		add("time >= $%d", f.Since)
-	}
-	if !f.Until.IsZero() {
-		add("time < $%d", f.Until)
-	}
+	q, args = filterConds(q, args, f)
 	rows, err := db.pool.Query(ctx, q+` ORDER BY seq`, args...)
 	if err != nil {
 		return fmt.Errorf("postgres: ledger: %w", err)
@@ -475,4 +458,29 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 		return nil, nil, fmt.Errorf("postgres: audit: %w", err)
 	}
 	return accts, keys, nil
+}
+
+// filterConds appends f's key, model, class and period conditions (the
+// account is the caller's) to q with numbered placeholders after args.
+func filterConds(q string, args []any, f tollgate.UsageFilter) (string, []any) {
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if f.KeyID != "" {
+		add("key_id = $%d", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = $%d", f.Model)
+	}
+	if f.Class != "" {
+		add("class = $%d", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("time < $%d", f.Until)
+	}
+	return q, args
 }

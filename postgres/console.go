@@ -144,26 +144,7 @@ func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset,
 		return nil, errors.New("postgres: recent charges: an account is required")
 	}
 	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE account_id = $1 AND kind = 'charge'`
-	args := []any{f.AccountID}
-	add := func(cond string, v any) {
-		args = append(args, v)
-		q += fmt.Sprintf(" AND "+cond, len(args))
-	}
-	if f.KeyID != "" {
-		add("key_id = $%d", f.KeyID)
-	}
-	if f.Model != "" {
-		add("model = $%d", f.Model)
-	}
-	if f.Class != "" {
-		add("class = $%d", string(f.Class))
-	}
-	if !f.Since.IsZero() {
-		add("time >= $%d", f.Since)
-	}
-	if !f.Until.IsZero() {
-		add("time < $%d", f.Until)
-	}
+	q, args := filterConds(q, []any{f.AccountID}, f)
 	q += fmt.Sprintf(` ORDER BY time DESC, seq DESC LIMIT $%d OFFSET $%d`, len(args)+1, len(args)+2)
 	rows, err := db.pool.Query(ctx, q, append(args, limit, offset)...)
 	if err != nil {
@@ -185,26 +166,7 @@ func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollg
 		count(*), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint, sum(reasoning_tokens)::bigint,
 		count(*) FILTER (WHERE estimated), sum(searches)::bigint, -sum(amount)::bigint, sum(uncollected)::bigint
 		FROM ledger WHERE account_id = $1 AND kind = 'charge'`
-	args := []any{f.AccountID}
-	add := func(cond string, v any) {
-		args = append(args, v)
-		q += fmt.Sprintf(" AND "+cond, len(args))
-	}
-	if f.KeyID != "" {
-		add("key_id = $%d", f.KeyID)
-	}
-	if f.Model != "" {
-		add("model = $%d", f.Model)
-	}
-	if f.Class != "" {
-		add("class = $%d", string(f.Class))
-	}
-	if !f.Since.IsZero() {
-		add("time >= $%d", f.Since)
-	}
-	if !f.Until.IsZero() {
-		add("time < $%d", f.Until)
-	}
+	q, args := filterConds(q, []any{f.AccountID}, f)
 	rows, err := db.pool.Query(ctx, q+` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: daily charges: %w", err)

@@ -780,21 +780,7 @@ func (db *DB) Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollga
 	default:
 		q += " AND account_id IN (SELECT id FROM accounts)"
 	}
-	if f.KeyID != "" {
-		add("key_id = ?", f.KeyID)
-	}
-	if f.Model != "" {
-		add("model = ?", f.Model)
-	}
-	if f.Class != "" {
-		add("class = ?", string(f.Class))
-	}
-	if !f.Since.IsZero() {
-		add("time >= ?", toMicros(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("time < ?", toMicros(f.Until))
-	}
+	q, args = filterConds(q, args, f)
 	rows, err := db.r.QueryContext(ctx, q+` ORDER BY seq`, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite: ledger: %w", err)
@@ -896,4 +882,26 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 		return nil, nil, fmt.Errorf("sqlite: audit keys: %w", err)
 	}
 	return accts, keys, nil
+}
+
+// filterConds appends f's key, model, class and period conditions (the
+// account is the caller's) to q and their values to args.
+func filterConds(q string, args []any, f tollgate.UsageFilter) (string, []any) {
+	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
+	if f.KeyID != "" {
+		add("key_id = ?", f.KeyID)
+	}
+	if f.Model != "" {
+		add("model = ?", f.Model)
+	}
+	if f.Class != "" {
+		add("class = ?", string(f.Class))
+	}
+	if !f.Since.IsZero() {
+		add("time >= ?", toMicros(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", toMicros(f.Until))
+	}
+	return q, args
 }

@@ -166,23 +166,7 @@ func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset,
 		return nil, errors.New("sqlite: recent charges: an account is required")
 	}
 	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE account_id = ? AND kind = 'charge'`
-	args := []any{f.AccountID}
-	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
-	if f.KeyID != "" {
-		add("key_id = ?", f.KeyID)
-	}
-	if f.Model != "" {
-		add("model = ?", f.Model)
-	}
-	if f.Class != "" {
-		add("class = ?", string(f.Class))
-	}
-	if !f.Since.IsZero() {
-		add("time >= ?", toMicros(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("time < ?", toMicros(f.Until))
-	}
+	q, args := filterConds(q, []any{f.AccountID}, f)
 	rows, err := db.r.QueryContext(ctx, q+` ORDER BY time DESC, seq DESC LIMIT ? OFFSET ?`, append(args, limit, offset)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: recent charges: %w", err)
@@ -211,23 +195,7 @@ func (db *DB) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollg
 		sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens), sum(reasoning_tokens), sum(estimated), sum(searches),
 		-sum(amount), sum(uncollected)
 		FROM ledger WHERE account_id = ? AND kind = 'charge'`
-	args := []any{f.AccountID}
-	add := func(cond string, v any) { q += " AND " + cond; args = append(args, v) }
-	if f.KeyID != "" {
-		add("key_id = ?", f.KeyID)
-	}
-	if f.Model != "" {
-		add("model = ?", f.Model)
-	}
-	if f.Class != "" {
-		add("class = ?", string(f.Class))
-	}
-	if !f.Since.IsZero() {
-		add("time >= ?", toMicros(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("time < ?", toMicros(f.Until))
-	}
+	q, args := filterConds(q, []any{f.AccountID}, f)
 	rows, err := db.r.QueryContext(ctx, q+` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: daily charges: %w", err)
