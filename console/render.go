@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/server"
 )
 
 // view is what every page's template gets.
@@ -146,27 +147,8 @@ func groupDigits(n int64) string {
 	return string(out)
 }
 
-// statusOf is the HTTP status of the codes the console answers with (the
-// same as the API's).
-func statusOf(c tollgate.Code) int {
-	switch c {
-	case tollgate.CodeInvalidRequest:
-		return http.StatusBadRequest
-	case tollgate.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case tollgate.CodeInsufficientBalance:
-		return http.StatusPaymentRequired
-	case tollgate.CodeAccountDisabled:
-		return http.StatusForbidden
-	case tollgate.CodeNotFound:
-		return http.StatusNotFound
-	case tollgate.CodeConflict:
-		return http.StatusConflict
-	case tollgate.CodeRateLimitExceeded:
-		return http.StatusTooManyRequests
-	}
-	return http.StatusInternalServerError
-}
+// statusOf is the HTTP status of a code: the API's own mapping.
+func statusOf(c tollgate.Code) int { return server.StatusOf(c) }
 
 func asError(err error, te **tollgate.Error) bool { return errors.As(err, te) }
 

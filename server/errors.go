@@ -10,8 +10,9 @@ import (
 	"github.com/tollgate/tollgate/openai"
 )
 
-// statusOf is the one place where an error code becomes an HTTP status.
-func statusOf(c tollgate.Code) int {
+// StatusOf is the one place where an error code becomes an HTTP status
+// (the console answers with it too).
+func StatusOf(c tollgate.Code) int {
 	switch c {
 	case tollgate.CodeInvalidJSON, tollgate.CodeInvalidRequest, tollgate.CodeCapabilityNotSupported,
 		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeParameterNotSupported, tollgate.CodeInvalidIdempotencyKey,
@@ -63,7 +64,7 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 		log.Error("internal error", "request_id", id, "err", err)
 		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
 	}
-	status := statusOf(e.Code)
+	status := StatusOf(e.Code)
 	if ri := infoFrom(w); ri != nil {
 		ri.code = e.Code
 	}
