@@ -364,8 +364,8 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
 		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
 	}
-	if x.searches > 0 {
-		c.Searches, c.SearchPrice = x.searches, x.model.SearchPrice
+	if x.call.Searches > 0 {
+		c.Searches, c.SearchPrice = x.call.Searches, x.model.SearchPrice
 	}
 	if u.CachedTokens != nil {
 		c.CachedTokens = *u.CachedTokens

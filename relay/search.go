@@ -526,8 +526,8 @@ func (sr *searchRequest) settle() (openai.Usage, tollgate.Amount, error) {
 	if err != nil {
 		return u, 0, fmt.Errorf("price request: %w", err)
 	}
-	sr.x.searches = sr.searches
-	sr.x.call.Searches = sr.searches
+	sr.x.call.Searches = sr.searches // the charge's, the log's and the metrics'
+
 	cost = sr.x.settle(u, cost)
 	sr.x.call.Usage, sr.x.call.Cost = u, cost
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
