@@ -3,17 +3,26 @@ package console
 import (
 	"context"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/postgres"
 )
 
 // BenchmarkPages answers each signed-in page for an account with 10,000
-// charges over the last 30 days, over loopback HTTP (the bar: every
-// page under 50 ms).
+// charges over the last 30 days, over loopback HTTP (the bar: every page
+// under 50 ms), on SQLite and, when $TOLLGATE_TEST_POSTGRES is set, on
+// PostgreSQL.
 func BenchmarkPages(b *testing.B) {
-	e := newEnv(b, Options{})
+	b.Run("sqlite", func(b *testing.B) { benchPages(b, newEnv(b, Options{})) })
+	if os.Getenv(postgres.TestEnv) != "" {
+		b.Run("postgres", func(b *testing.B) { benchPages(b, newEnvStore(b, Options{}, postgres.OpenTest(b))) })
+	}
+}
+
+func benchPages(b *testing.B, e *env) {
 	now := e.clock.now()
 	models := []string{"tg-chat", "tg-mini"}
 	const rows = 10_000

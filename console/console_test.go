@@ -70,9 +70,17 @@ type uptime struct{ network, total int64 }
 
 func (u uptime) Uptime(context.Context) (int64, int64, error) { return u.network, u.total, nil }
 
+// testStore is what the tests use of a store: the console's part and what
+// sets up accounts, keys and charges.
+type testStore interface {
+	Store
+	tollgate.Store
+	billing.Store
+}
+
 type env struct {
 	t     *testing.T
-	st    *sqlite.DB
+	st    testStore
 	con   *Console
 	srv   *httptest.Server
 	clock *clock
@@ -87,6 +95,11 @@ func newEnv(t testing.TB, o Options) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return newEnvStore(t, o, st)
+}
+
+// newEnvStore is newEnv on st, which the caller closes.
+func newEnvStore(t testing.TB, o Options, st testStore) *env {
 	cfg, err := config.Parse([]byte(testYAML), t.TempDir(), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
