@@ -71,9 +71,10 @@ type ConsoleStore interface {
 	// CreateInvite stores an invitation under the hash of its token;
 	// ErrNotFound if the account does not exist.
 	CreateInvite(ctx context.Context, h KeyHash, inv ConsoleInvite) error
-	// AcceptInvite uses up the invitation (once, before it expires) and sets
-	// the account's password hash, atomically; ErrNotFound when there is no
-	// such unused, unexpired invitation.
+	// AcceptInvite uses up the invitation (once, before it expires), sets
+	// the account's password hash and ends the account's sessions, revoking
+	// their playground keys, atomically; ErrNotFound when there is no such
+	// unused, unexpired invitation.
 	AcceptInvite(ctx context.Context, h KeyHash, passwordHash string, now time.Time) (accountID string, err error)
 	// PasswordHash returns the account's encoded password hash; ErrNotFound
 	// when none was set.

@@ -38,35 +38,46 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
 		return c.render(w, status, "signin", v)
 	}
 	addr := c.clientAddr(r)
-	for _, lim := range []struct {
-		a   *attempts
-		key string
-	}{{c.byAccount, acctID}, {c.byAddress, addr}} {
-		if blocked, until := lim.a.blocked(lim.key, now); blocked {
-			w.Header().Set("Retry-After", retryAfter(until, now))
-			return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded,
-				"too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04")))
-		}
+	if !plausibleID(acctID) {
+		acctID = "" // not an account id: counted against the client only
+	}
+	client := addressKey(addr)
+	lims := []limited{{c.byAddress, client}}
+	if acctID != "" {
+		lims = append(lims, limited{c.byAccountClient, acctID + " " + client}, limited{c.byAccount, acctID})
+	}
+	// The attempt counts before the password is checked (requests sent at
+	// once cannot all pass the limit) and is taken back if it succeeds.
+	if ok, until := tryAll(now, lims...); !ok {
+		w.Header().Set("Retry-After", retryAfter(until, now))
+		return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded,
+			"too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04")))
 	}
 	ok := false
 	if acctID != "" && len(password) <= MaxPasswordLen {
 		encoded, err := c.st.PasswordHash(r.Context(), acctID)
 		switch {
 		case errors.Is(err, tollgate.ErrNotFound):
-			_, _ = VerifyPassword(password, c.dummyHash) // the same time as a wrong password
+			encoded = c.dummyHash // the same time as a wrong password
 		case err != nil:
 			return err
-		default:
-			if ok, err = VerifyPassword(password, encoded); err != nil {
-				return err
-			}
 		}
+		if err := c.hashing.acquire(r.Context()); err != nil {
+			return err
+		}
+		ok, err = VerifyPassword(password, encoded)
+		c.hashing.release()
+		if err != nil {
+			return err
+		}
+		ok = ok && encoded != c.dummyHash
 	}
 	if !ok {
-		c.byAccount.fail(acctID, now)
-		c.byAddress.fail(addr, now)
 		c.o.Log.Info("console sign-in failed", "account", acctID, "client", addr)
 		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "the account id or the password is wrong"))
+	}
+	for _, l := range lims {
+		l.a.forgive(l.key)
 	}
 	acct, err := c.st.Account(r.Context(), acctID)
 	if err != nil {
@@ -75,7 +86,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
 	if acct.Disabled {
 		return again(http.StatusForbidden, tollgate.Errorf(tollgate.CodeAccountDisabled, "account %s is disabled; ask the operator", acctID))
 	}
-	c.byAccount.reset(acctID)
+	c.byAccountClient.reset(acctID + " " + client)
 	token := randomToken()
 	now = now.UTC().Truncate(time.Microsecond)
 	if err := c.st.CreateSession(r.Context(), tollgate.HashKey(token),
@@ -149,11 +160,24 @@ func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
 	case password != confirm:
 		return again(http.StatusBadRequest, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "confirm", "the two passwords differ"))
 	}
+	// Every try counts (a holder sets a password once), before the hash,
+	// which is what a flood of made-up invitations would make the server
+	// compute.
+	now := c.o.Now()
+	if ok, until := c.invites.try(addressKey(c.clientAddr(r)), now); !ok {
+		w.Header().Set("Retry-After", retryAfter(until, now))
+		return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded,
+			"too many invitations tried from here; try again after %s UTC", until.UTC().Format("15:04")))
+	}
+	if err := c.hashing.acquire(r.Context()); err != nil {
+		return err
+	}
 	encoded, err := HashPassword(password, c.o.Password)
+	c.hashing.release()
 	if err != nil {
 		return err
 	}
-	acct, err := c.st.AcceptInvite(r.Context(), tollgate.HashKey(token), encoded, c.o.Now().UTC().Truncate(time.Microsecond))
+	acct, err := c.st.AcceptInvite(r.Context(), tollgate.HashKey(token), encoded, now.UTC().Truncate(time.Microsecond))
 	if errors.Is(err, tollgate.ErrNotFound) {
 		return again(http.StatusNotFound, tollgate.Errorf(tollgate.CodeNotFound,
 			"this invitation was used already, has expired or does not exist; ask the operator for a new one"))

@@ -157,9 +157,10 @@ func chargeOps(k tollgate.Key, model string, cost tollgate.Amount, at time.Time)
 
 // browser is a client with a cookie jar that does not follow redirects.
 type browser struct {
-	t testing.TB
-	c *http.Client
-	e *env
+	t    testing.TB
+	c    *http.Client
+	e    *env
+	from string // X-Forwarded-For, for an env that trusts loopback as its proxy
 }
 
 func (e *env) browser(t testing.TB) *browser {
@@ -175,6 +176,9 @@ type page struct {
 
 func (b *browser) do(req *http.Request) page {
 	b.t.Helper()
+	if b.from != "" {
+		req.Header.Set("X-Forwarded-For", b.from)
+	}
 	resp, err := b.c.Do(req)
 	if err != nil {
 		b.t.Fatal(err)
@@ -355,6 +359,172 @@ func TestSignInRateLimited(t *testing.T) {
 	}
 	if r := b.signin(e.acct.ID, password); r.status != http.StatusTooManyRequests {
 		t.Errorf("after %d failures from one address: %d, want 429", addressFailures, r.status)
+	}
+}
+
+// One client's failures on an account do not lock out its holder signing in
+// from elsewhere; many clients together do (accountFailuresAll); an IPv6
+// client counts as its /64.
+func TestSignInLimitsByClient(t *testing.T) {
+	e := newEnv(t, Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	holder := e.browser(t)
+	holder.from = "198.51.100.9"
+	holder.setPassword(e.acct.ID, password)
+	guesser := e.browser(t)
+	guesser.from = "203.0.113.7"
+	for range accountFailures {
+		guesser.signin(e.acct.ID, "wrong password!")
+	}
+	if r := guesser.signin(e.acct.ID, password); r.status != http.StatusTooManyRequests {
+		t.Errorf("the guesser after %d failures: %d, want 429", accountFailures, r.status)
+	}
+	if r := holder.signin(e.acct.ID, password); r.status != http.StatusSeeOther {
+		t.Fatalf("the holder from another address: %d %s, want 303 (not locked out by someone else)", r.status, r.code())
+	}
+	// Addresses of one IPv6 /64 are one client.
+	v6 := e.browser(t)
+	for i := range addressFailures {
+		v6.from = "2001:db8:1:2::" + itoa(int64(i+1))
+		if r := v6.signin("acct_guess"+itoa(int64(i)), "whatever"); r.status != http.StatusUnauthorized {
+			t.Fatalf("IPv6 failure %d: %d", i+1, r.status)
+		}
+	}
+	v6.from = "2001:db8:1:2:ffff::1"
+	if r := v6.signin(e.acct.ID, password); r.status != http.StatusTooManyRequests {
+		t.Errorf("another address of the /64 after %d failures: %d, want 429", addressFailures, r.status)
+	}
+	v6.from = "2001:db8:1:3::1"
+	if r := v6.signin(e.acct.ID, password); r.status != http.StatusSeeOther {
+		t.Errorf("the next /64: %d %s, want 303", r.status, r.code())
+	}
+	// Guessers from many addresses together lock the account.
+	other, _ := e.newAccount(t, "bob", "1")
+	holder.setPassword(other.ID, password)
+	many := e.browser(t)
+	for i := range accountFailuresAll {
+		many.from = "192.0.2." + itoa(int64(i/accountFailures+1))
+		if r := many.signin(other.ID, "wrong password!"); r.status != http.StatusUnauthorized {
+			t.Fatalf("failure %d from %s: %d", i+1, many.from, r.status)
+		}
+	}
+	holder.from = "198.51.100.10"
+	if r := holder.signin(other.ID, password); r.status != http.StatusTooManyRequests {
+		t.Errorf("after %d failures from many addresses: %d, want 429", accountFailuresAll, r.status)
+	}
+}
+
+// Sign-ins sent at once are counted before their passwords are checked:
+// no more than the limit get an answer to their guess.
+func TestSignInConcurrentGuessesCounted(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.browser(t)
+	b.setPassword(e.acct.ID, password)
+	form := b.get("/console/signin").csrf(t)
+	const n = 4 * accountFailures
+	var wg sync.WaitGroup
+	statuses := make(chan int, n)
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+				strings.NewReader(url.Values{"csrf": {form}, "account": {e.acct.ID}, "password": {"wrong password!"}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := b.c.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusUnauthorized] != accountFailures || count[http.StatusTooManyRequests] != n-accountFailures {
+		t.Errorf("%d guesses at once: %v, want %d checked (401) and the rest refused (429)", n, count, accountFailures)
+	}
+}
+
+// What a client types as an account id never becomes a limiter's key unless
+// it could be one; a long one is refused like a wrong password.
+func TestSignInImplausibleAccountID(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := e.browser(t)
+	if r := b.signin(strings.Repeat("x", 10_000), "whatever password"); r.status != http.StatusUnauthorized {
+		t.Errorf("a 10,000-character account id: %d, want 401", r.status)
+	}
+	if r := b.signin("acct_<script>", "whatever password"); r.status != http.StatusUnauthorized {
+		t.Errorf("an account id with markup: %d, want 401", r.status)
+	}
+	e.con.byAccount.mu.Lock()
+	n := len(e.con.byAccount.seen)
+	e.con.byAccount.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the account limiter holds %d keys, want 0", n)
+	}
+}
+
+// Trying invitations is limited per client before any password is hashed;
+// accepting one ends the account's other sessions.
+func TestInviteLimitsAndEndsSessions(t *testing.T) {
+	e := newEnv(t, Options{})
+	old := e.signedIn(t)
+	if r := old.get("/console/"); r.status != 200 {
+		t.Fatalf("overview: %d", r.status)
+	}
+	fresh := e.browser(t)
+	fresh.setPassword(e.acct.ID, "a brand new password")
+	if r := old.get("/console/"); r.status != http.StatusSeeOther {
+		t.Errorf("a session from before the new password: %d, want 303 to the sign-in page", r.status)
+	}
+	// Two tries were used from this address (both browsers are loopback);
+	// the rest of the window's are bogus tokens.
+	p := fresh.get("/console/invite?token=x")
+	for i := range addressInvites - 2 {
+		r := fresh.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {"inv-bogus" + itoa(int64(i))},
+			"password": {"a brand new password"}, "confirm": {"a brand new password"}})
+		if r.status != http.StatusNotFound {
+			t.Fatalf("bogus invitation %d: %d %s, want 404", i+1, r.status, r.code())
+		}
+	}
+	token, _, err := tollgate.IssueInvite(t.Context(), e.st, e.acct.ID, e.clock.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fresh.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token},
+		"password": {"a brand new password"}, "confirm": {"a brand new password"}})
+	if r.status != http.StatusTooManyRequests || r.code() != "rate_limit_exceeded" || r.header.Get("Retry-After") == "" {
+		t.Errorf("the %dth invitation tried from one address: %d %s, want 429 with Retry-After", addressInvites+1, r.status, r.code())
+	}
+}
+
+func TestHashSlotsBounded(t *testing.T) {
+	s := make(hashSlots, 1)
+	if err := s.acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.acquire(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("acquire with every slot taken and the request gone: %v, want context.Canceled", err)
+	}
+	s.release()
+	if err := s.acquire(ctx); err != nil {
+		t.Errorf("acquire of a free slot: %v", err)
+	}
+}
+
+func TestAttemptsBounded(t *testing.T) {
+	a := newAttempts(3, time.Hour)
+	now := time.Unix(0, 0)
+	for i := range maxTracked + 1000 {
+		a.try("k"+itoa(int64(i)), now)
+	}
+	if len(a.seen) > maxTracked {
+		t.Errorf("%d keys tracked, want at most %d", len(a.seen), maxTracked)
 	}
 }
 

@@ -184,16 +184,17 @@ func (op *Operator) signin(w http.ResponseWriter, r *http.Request) error {
 		v.Operator, v.Error = true, err
 		return op.render(w, status, "op_signin", v)
 	}
-	if blocked, until := op.failures.blocked(addr, now); blocked {
+	client := addressKey(addr)
+	if ok, until := op.failures.try(client, now); !ok {
 		w.Header().Set("Retry-After", retryAfter(until, now))
 		return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded, "too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04")))
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(r.PostFormValue("token"))))
 	if op.o.Token == "" || subtle.ConstantTimeCompare(got[:], op.token[:]) != 1 {
-		op.failures.fail(addr, now)
 		op.o.Log.Warn("operator console sign-in failed", "client", addr)
 		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "that is not the admin token"))
 	}
+	op.failures.forgive(client)
 	token := randomToken()
 	op.mu.Lock()
 	for h, exp := range op.sessions {

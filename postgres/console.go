@@ -28,14 +28,18 @@ func (db *DB) CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate
 	return nil
 }
 
-// AcceptInvite uses up the invitation and sets the account's password, in
-// one statement.
+// AcceptInvite uses up the invitation, sets the account's password and ends
+// its sessions, revoking their playground keys, in one statement.
 func (db *DB) AcceptInvite(ctx context.Context, h tollgate.KeyHash, passwordHash string, now time.Time) (string, error) {
 	var acct string
 	err := db.pool.QueryRow(ctx, `WITH used AS (
 			UPDATE console_invites SET used = $3 WHERE hash = $1 AND used IS NULL AND expires > $3 RETURNING account_id),
 		set AS (INSERT INTO console_passwords (account_id, hash, updated) SELECT account_id, $2, $3 FROM used
-			ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated)
+			ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated),
+		ended AS (DELETE FROM console_sessions WHERE account_id IN (SELECT account_id FROM used) RETURNING playground_key),
+		revoked AS (UPDATE api_keys SET revoked = $3 WHERE revoked IS NULL
+			AND id IN (SELECT playground_key FROM ended WHERE playground_key <> '') RETURNING 1),
+		bumped AS (`+bumpAuthVersion+` AND EXISTS (SELECT 1 FROM revoked))
 		SELECT account_id FROM used`, h.String(), passwordHash, now).Scan(&acct)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("invitation: %w", tollgate.ErrNotFound)

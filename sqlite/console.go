@@ -27,7 +27,8 @@ func (db *DB) CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate
 	return nil
 }
 
-// AcceptInvite uses up the invitation and sets the account's password.
+// AcceptInvite uses up the invitation, sets the account's password and ends
+// its sessions, revoking their playground keys.
 func (db *DB) AcceptInvite(ctx context.Context, h tollgate.KeyHash, passwordHash string, now time.Time) (string, error) {
 	var acct string
 	err := db.write(ctx, func(tx *sql.Tx) error {
@@ -39,9 +40,23 @@ func (db *DB) AcceptInvite(ctx context.Context, h tollgate.KeyHash, passwordHash
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO console_passwords (account_id, hash, updated) VALUES (?, ?, ?)
-			ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated`, acct, passwordHash, toMicros(now))
-		return err
+		if _, err = tx.ExecContext(ctx, `INSERT INTO console_passwords (account_id, hash, updated) VALUES (?, ?, ?)
+			ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated`, acct, passwordHash, toMicros(now)); err != nil {
+			return err
+		}
+		// A new password ends the account's sessions and their playground keys.
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked = ? WHERE revoked IS NULL AND id IN
+			(SELECT playground_key FROM console_sessions WHERE account_id = ? AND playground_key <> '')`, toMicros(now), acct)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM console_sessions WHERE account_id = ?`, acct); err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		return bumpAuthVersion(ctx, tx)
 	})
 	if errors.Is(err, tollgate.ErrNotFound) {
 		return "", fmt.Errorf("invitation: %w", tollgate.ErrNotFound)

@@ -18,6 +18,7 @@ func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"Invite", testConsoleInvite},
 		{"Sessions", testConsoleSessions},
 		{"KeyUsageAndRecent", testConsoleKeyUsage},
+		{"InviteEndsSessions", testConsoleInviteEndsSessions},
 	}
 	for _, tc := range tests {
 		t.Run("Console"+tc.name, func(t *testing.T) {
@@ -67,6 +68,63 @@ func testConsoleInvite(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
 	}
 	if h, _ := c.PasswordHash(ctx(t), a.ID); h != "h3" {
 		t.Errorf("password after a second invitation = %q, want h3", h)
+	}
+}
+
+// A password set through an invitation ends the account's sessions (a
+// reset must lock out whoever held one) and revokes their playground keys,
+// and tells the auth caches (AuthVersion); other accounts' sessions stay.
+func testConsoleInviteEndsSessions(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	ks := s.(tollgate.KeyStore)
+	a, play := fundedKey(t, s, usd("1"), nil)
+	own := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Name: "own", Created: t0}
+	if err := ks.CreateKey(ctx(t), own, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := fundedKey(t, s, usd("1"), nil)
+	withKey, plain, others := tollgate.HashKey(tollgate.NewKeySecret()), tollgate.HashKey(tollgate.NewKeySecret()), tollgate.HashKey(tollgate.NewKeySecret())
+	for h, acct := range map[tollgate.KeyHash]string{withKey: a.ID, plain: a.ID, others: b.ID} {
+		if err := c.CreateSession(ctx(t), h, tollgate.ConsoleSession{AccountID: acct, Created: t0, Expires: t0.Add(24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.SetSessionKey(ctx(t), withKey, play.ID); err != nil {
+		t.Fatal(err)
+	}
+	v0, err := ks.AuthVersion(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := tollgate.HashKey(tollgate.NewKeySecret())
+	if err := c.CreateInvite(ctx(t), tok, tollgate.ConsoleInvite{AccountID: a.ID, Created: t0, Expires: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Minute).Truncate(time.Microsecond)
+	if _, err := c.AcceptInvite(ctx(t), tok, "h", now); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]tollgate.KeyHash{"with a playground key": withKey, "without": plain} {
+		if _, err := c.Session(ctx(t), h, now); !errors.Is(err, tollgate.ErrNotFound) {
+			t.Errorf("the account's session %s after a new password: %v, want ErrNotFound", name, err)
+		}
+	}
+	if _, err := c.Session(ctx(t), others, now); err != nil {
+		t.Errorf("another account's session: %v", err)
+	}
+	keys, err := ks.Keys(ctx(t), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		switch {
+		case k.ID == play.ID && !k.Revoked.Equal(now):
+			t.Errorf("the session's playground key: revoked %v, want %v", k.Revoked, now)
+		case k.ID == own.ID && !k.Revoked.IsZero():
+			t.Errorf("the holder's own key was revoked (%v)", k.Revoked)
+		}
+	}
+	if v1, _ := ks.AuthVersion(ctx(t)); v1 <= v0 {
+		t.Errorf("AuthVersion %d -> %d: the revoked key would stay in the auth caches", v0, v1)
 	}
 }
 
