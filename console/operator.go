@@ -40,7 +40,10 @@ type OperatorOptions struct {
 	// Token is the admin token; empty refuses every sign-in.
 	Token   string
 	Catalog func() *relay.Catalog
-	Uptime  UptimeReader
+	// NodeHealth reports a node's state in rotation (relay.Relay.NodeHealth);
+	// nil shows the probes' view only.
+	NodeHealth func(*relay.Node) relay.NodeHealth
+	Uptime     UptimeReader
 	// AuditGrace is admin.Options.AuditGrace.
 	AuditGrace time.Duration
 	// APIBase is the api listener's URL, to print invitation links whole.
@@ -407,12 +410,14 @@ func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error 
 
 type opNodeRow struct {
 	Model, Class, Node, Upstream string
-	Healthy                      bool
-	Inflight, Max, Failures      int64
+	Health                       relay.NodeHealth
+	Inflight, Max                int64
 }
 
 type opServiceData struct {
 	Nodes          []opNodeRow
+	Window         time.Duration // of the nodes' recent requests
+	PricingURL     string        // /pricing on the api listener; "" if unknown
 	Network, Total int64
 	Share          string
 	Audit          *auditRun
@@ -424,8 +429,12 @@ func (op *Operator) service(w http.ResponseWriter, r *http.Request) error {
 		for _, m := range op.o.Catalog().Models {
 			for _, b := range m.Backends {
 				for _, n := range b.Nodes {
+					h := relay.NodeHealth{Up: n.Healthy(), ProbesInARow: n.Failures()}
+					if op.o.NodeHealth != nil {
+						h = op.o.NodeHealth(n)
+					}
 					d.Nodes = append(d.Nodes, opNodeRow{Model: m.ID, Class: string(b.Class), Node: cmp.Or(n.Name, n.BaseURL), Upstream: b.UpstreamModel,
-						Healthy: n.Healthy(), Inflight: n.Inflight(), Max: n.MaxConcurrent, Failures: n.Failures()})
+						Health: h, Inflight: n.Inflight(), Max: n.MaxConcurrent})
 				}
 			}
 		}
@@ -435,6 +444,12 @@ func (op *Operator) service(w http.ResponseWriter, r *http.Request) error {
 		if d.Network, d.Total, err = op.o.Uptime.Uptime(r.Context()); err != nil {
 			return err
 		}
+	}
+	for _, n := range d.Nodes {
+		d.Window = max(d.Window, n.Health.Window)
+	}
+	if op.o.APIBase != "" {
+		d.PricingURL = strings.TrimSuffix(op.o.APIBase, "/") + "/pricing"
 	}
 	d.Share = "no traffic yet (counts as 1)"
 	if d.Total > 0 {

@@ -7,17 +7,24 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/relay"
 )
 
 const adminToken = "s3cret-admin-token"
 
-// newOperator serves the operator's console beside the env's store.
-func newOperator(t *testing.T, e *env, token string) *browser {
-	op, err := NewOperator(e.st, OperatorOptions{Token: token, Catalog: e.con.o.Catalog, Uptime: uptime{3, 4},
-		APIBase: "http://api.example", Now: e.clock.now})
+// newOperator serves the operator's console beside the env's store; set
+// changes its options.
+func newOperator(t *testing.T, e *env, token string, set ...func(*OperatorOptions)) *browser {
+	o := OperatorOptions{Token: token, Catalog: e.con.o.Catalog, Uptime: uptime{3, 4},
+		APIBase: "http://api.example", Now: e.clock.now}
+	for _, f := range set {
+		f(&o)
+	}
+	op, err := NewOperator(e.st, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +163,37 @@ func TestOperatorAccounts(t *testing.T) {
 func TestOperatorService(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.charge(t, e.key, "tg-chat", 5, e.clock.now())
-	b := newOperator(t, e, adminToken)
+	// The first node is ejected by outlier detection while its probes
+	// pass, the third is down by its probes.
+	ejectedUntil := e.clock.now().Add(90 * time.Second)
+	b := newOperator(t, e, adminToken, func(o *OperatorOptions) {
+		o.NodeHealth = func(n *relay.Node) relay.NodeHealth {
+			h := relay.NodeHealth{Up: true, Recent: 40, RequestsInARow: 0, Window: time.Minute}
+			switch n.BaseURL {
+			case "http://127.0.0.1:1/v1":
+				if n.Class == tollgate.ClassNetwork {
+					h.EjectedUntil, h.RecentFailed, h.RequestsInARow = ejectedUntil, 12, 5
+				}
+			case "http://127.0.0.1:2/v1":
+				h.Up, h.ProbesInARow = false, 3
+			}
+			return h
+		}
+	})
 	b.operatorSignin(adminToken)
 	p := b.get("/console/service")
-	if p.status != 200 || strings.Count(p.body, `status-active">up`) != 3 || !strings.Contains(p.body, "75% (3 of 4 requests)") ||
-		!strings.Contains(p.body, "Not run from this console") {
+	if p.status != 200 || strings.Count(p.body, `status-active">up`) != 1 || !strings.Contains(p.body, "75% (3 of 4 requests)") ||
+		!strings.Contains(p.body, "Not run from this console") || !strings.Contains(p.body, `href="http://api.example/pricing"`) {
 		t.Fatalf("service: %d\n%s", p.status, p.body)
+	}
+	for _, want := range []string{
+		`<span class="status-revoked">ejected</span> until ` + ejectedUntil.UTC().Format("15:04:05") + ` UTC (failing requests)`,
+		`<span class="status-revoked">down</span> (health probes)`,
+		`Failed requests, last 1m0s`, `>12 of 40<`, `>5 / 0<`, `>0 / 3<`,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("service page lacks %q\n%s", want, p.body)
+		}
 	}
 	if r := b.post("/console/service/audit", url.Values{"csrf": {p.csrf(t)}}); r.status != http.StatusSeeOther {
 		t.Fatalf("run audit: %d %s", r.status, r.code())

@@ -256,6 +256,14 @@ models:
 	if !nodeA.Ejected(time.Now()) {
 		t.Fatal("node a not ejected")
 	}
+	// What the operator's console shows of both.
+	if h := r.NodeHealth(nodeA); !h.Up || h.EjectedUntil.IsZero() || time.Until(h.EjectedUntil) > base {
+		t.Errorf("node a's health = %+v, want up by its probes and ejected for at most %s", h, base)
+	}
+	if h := r.NodeHealth(r.Catalog().Models[0].Backends[0].Nodes[1]); !h.Up || !h.EjectedUntil.IsZero() ||
+		h.Recent < 17 || h.RecentFailed != 0 || h.RequestsInARow != 0 || h.Window <= 0 {
+		t.Errorf("node b's health = %+v, want up, not ejected, its 17 or more answers counted in the window, none failed", h)
+	}
 	if l := logged.String(); !strings.Contains(l, "node ejected") || !strings.Contains(l, "node=a") || !strings.Contains(l, "ejection_seconds=1 ") {
 		t.Fatalf("the ejection was not logged: %s", l)
 	}

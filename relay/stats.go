@@ -1,6 +1,10 @@
 package relay
 
-import "github.com/tollgate/tollgate/metrics"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/metrics"
+)
 
 // NodeStats reports every node of the catalogue in force, for metrics
 // (read at scrape time; nothing on the request path).
@@ -40,4 +44,28 @@ func (r *Relay) Unservable() []string {
 		}
 	}
 	return out
+}
+
+// NodeHealth is a node's state in rotation, for the operator's console.
+type NodeHealth struct {
+	Up           bool      // by its health probes
+	EjectedUntil time.Time // outlier detection keeps it out until then; zero: not ejected
+	// Failed requests and failed probes in a row (each 0 after a success).
+	RequestsInARow, ProbesInARow int64
+	// Requests and failed requests in the outlier detection's window, which
+	// ends now and lasts Window.
+	Recent, RecentFailed int64
+	Window               time.Duration
+}
+
+// NodeHealth reports n's state in rotation now.
+func (r *Relay) NodeHealth(n *Node) NodeHealth {
+	now := r.now()
+	h := NodeHealth{Up: n.Healthy(), RequestsInARow: n.health.outlier.consecutive.Load(), ProbesInARow: n.Failures(),
+		Window: r.opts.Health.Window}
+	if n.Ejected(now) {
+		h.EjectedUntil = time.Unix(0, n.health.outlier.ejectedUntil.Load())
+	}
+	h.Recent, h.RecentFailed = n.windowCounts(&r.opts.Health, now)
+	return h
 }

@@ -31,7 +31,7 @@ func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeRe
 	if !ok {
 		return nil, nil
 	}
-	op, err := console.NewOperator(os, console.OperatorOptions{Token: cfg.AdminToken, Catalog: rl.Catalog, Uptime: uptime,
+	op, err := console.NewOperator(os, console.OperatorOptions{Token: cfg.AdminToken, Catalog: rl.Catalog, NodeHealth: rl.NodeHealth, Uptime: uptime,
 		AuditGrace: auditGrace(cfg), APIBase: consoleBase(cfg.Listen.API), TrustedProxies: cfg.Console.Trusted, Log: log})
 	if err != nil {
 		return nil, err
