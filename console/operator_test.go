@@ -189,7 +189,7 @@ func TestOperatorService(t *testing.T) {
 	for _, want := range []string{
 		`<span class="status-revoked">ejected</span> until ` + ejectedUntil.UTC().Format("15:04:05") + ` UTC (failing requests)`,
 		`<span class="status-revoked">down</span> (health probes)`,
-		`Failed requests, last 1m0s`, `>12 of 40<`, `>5 / 0<`, `>0 / 3<`,
+		`Failed, last 1m0s`, `>12 of 40<`, `>5 / 0<`, `>0 / 3<`,
 	} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("service page lacks %q\n%s", want, p.body)

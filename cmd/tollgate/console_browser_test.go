@@ -161,11 +161,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("request with the browser's key: %d %s", status, body)
 	}
 
-	// The playground: the answer arrives token by token (the simulator
-	// waits 40 ms between them), then the usage and the cost.
+	// The playground, with the key just created pasted in: the answer
+	// arrives token by token (the simulator waits 40 ms between them), then
+	// the usage and the cost.
 	run("playground",
 		chromedp.Navigate(base+"/console/playground"),
 		chromedp.WaitVisible(css(`#pg-message`)),
+		chromedp.SendKeys(css(`#pg-key`), secret),
 		chromedp.SetValue(css(`#pg-model`), "bill-flat"),
 		chromedp.SetValue(css(`#pg-message`), "Tell me about toll roads. [sim tokens=25 gap=40ms]"),
 		chromedp.Click(css(`#pg-send`)),
@@ -219,7 +221,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := os.WriteFile(img, tinyPNG(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The created key served the playground's request (the key's request
+	// from Go above and this one).
+	h.main.Biller.Wait()
+	k, _, err := h.main.Store.KeyByHash(t.Context(), tollgate.HashKey(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := keyRequests(t, h, k.ID); n != 2 {
+		t.Errorf("the created key was charged for %d requests, want 2 (one from Go, one from the playground)", n)
+	}
+	// The next requests use the key made for the sign-in.
 	run("playground with an image and a tool",
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("pg-key").value = ""`),
 		chromedp.SetValue(css(`#pg-model`), "bill-vision"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("pg-model").dispatchEvent(new Event("change"))`),
 		chromedp.WaitVisible(css(`#pg-image`)),
@@ -257,10 +271,6 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("activity lists %d requests, want 3:\n%s", strings.Count(rows, "bill-flat"), rows)
 	}
 
-	k, _, err := h.main.Store.KeyByHash(t.Context(), tollgate.HashKey(secret))
-	if err != nil {
-		t.Fatal(err)
-	}
 	run("revoke the key",
 		chromedp.Navigate(base+"/console/keys"),
 		chromedp.WaitVisible(css(`#key-`+k.ID+` button.danger`)),
@@ -272,6 +282,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if status, _, body := h.postKey(secret, flatBody, nil); status != http.StatusUnauthorized || !strings.Contains(string(body), "api_key_revoked") {
 		t.Errorf("the revoked key: %d %s, want 401 api_key_revoked", status, body)
+	}
+	// And in the playground, which shows the API's error.
+	run("the revoked key in the playground",
+		chromedp.Navigate(base+"/console/playground"),
+		chromedp.WaitVisible(css(`#pg-message`)),
+		chromedp.SendKeys(css(`#pg-key`), secret),
+		chromedp.SetValue(css(`#pg-model`), "bill-flat"),
+		chromedp.Click(css(`#pg-send`)),
+		chromedp.Poll[chromedp.Void](`/Error/.test(document.getElementById("pg-usage").textContent)`,
+			chromedp.WithPollingTimeout(20*time.Second)),
+	)
+	if u := text("#pg-usage"); !strings.Contains(u, "(api_key_revoked)") {
+		t.Errorf("the playground with the revoked key shows %q, want the API's api_key_revoked error", u)
 	}
 
 	// On a phone.
@@ -317,4 +340,23 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	run("sign out", chromedp.Navigate(base+"/console/"), chromedp.WaitVisible(css(`#balance`)), chromedp.Click(css(`header form button`)),
 		chromedp.WaitVisible(css(`input[name=account]`)))
+}
+
+// keyRequests is how many requests the key was charged for.
+func keyRequests(t *testing.T, h *harness, keyID string) int64 {
+	t.Helper()
+	cs, ok := h.main.Store.(tollgate.ConsoleStore)
+	if !ok {
+		t.Fatal("the store is not a console store")
+	}
+	usage, err := cs.KeyUsage(t.Context(), h.acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range usage {
+		if u.KeyID == keyID {
+			return u.Requests
+		}
+	}
+	return 0
 }

@@ -103,7 +103,7 @@ if (pg) {
   // complete streams one request's answer into the page and returns the
   // assistant's message (content and tool calls) and its usage line.
   const complete = async (body) => {
-    const key = await getKey();
+    const key = $("pg-key").value.trim() || await getKey();
     const resp = await fetch("/v1/chat/completions", {
       method: "POST",
       headers: { "Authorization": "Bearer " + key, "Content-Type": "application/json" },
