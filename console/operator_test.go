@@ -204,3 +204,69 @@ func TestOperatorService(t *testing.T) {
 		t.Errorf("audit result not shown:\n%s", after.body)
 	}
 }
+
+// Every operator form refuses a missing or foreign CSRF token and changes
+// nothing; an operator session ends after its 12 hours; failed sign-ins are
+// limited per client, counted as the holder's are.
+func TestOperatorCSRFExpiryAndLimit(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := newOperator(t, e, adminToken)
+	if r := b.operatorSignin(adminToken); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d %s", r.status, r.code())
+	}
+	other := newOperator(t, e, adminToken)
+	other.e = b.e // the same operator console, another browser
+	other.operatorSignin(adminToken)
+	foreign := other.get("/console/").csrf(t)
+	acct := "/console/accounts/" + e.acct.ID
+	forms := map[string]url.Values{
+		"/console/accounts":      {"name": {"x"}},
+		acct + "/credit":         {"amount": {"5"}, "note": {"x"}},
+		acct + "/debit":          {"amount": {"5"}, "note": {"x"}},
+		acct + "/disable":        {},
+		acct + "/invite":         {},
+		"/console/service/audit": {},
+		"/console/signout":       {},
+	}
+	for path, form := range forms {
+		for name, tok := range map[string]string{"no token": "", "another session's": foreign} {
+			f := url.Values{}
+			for k, v := range form {
+				f[k] = v
+			}
+			if tok != "" {
+				f.Set("csrf", tok)
+			}
+			if r := b.post(path, f); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+				t.Errorf("POST %s with %s token: %d %s, want 400 invalid_request", path, name, r.status, r.code())
+			}
+		}
+	}
+	if bal, _ := e.st.Balance(t.Context(), e.acct.ID); bal.Balance != tollgate.MustParseAmount("10") {
+		t.Errorf("the balance moved through forms without a valid token: %s", bal.Balance)
+	}
+	if a, _ := e.st.Account(t.Context(), e.acct.ID); a.Disabled {
+		t.Error("the account was disabled through a form without a valid token")
+	}
+	if r := b.get("/console/"); r.status != 200 {
+		t.Fatalf("still signed in after the refused sign-out: %d", r.status)
+	}
+	e.clock.add(operatorSessionTTL)
+	if r := b.get("/console/"); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/signin" {
+		t.Errorf("after %s: %d %q, want 303 to the sign-in page", operatorSessionTTL, r.status, r.header.Get("Location"))
+	}
+
+	for i := range operatorFailures {
+		if r := b.operatorSignin("wrong"); r.status != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, r.status)
+		}
+	}
+	r := b.operatorSignin(adminToken)
+	if r.status != http.StatusTooManyRequests || r.code() != "rate_limit_exceeded" || r.header.Get("Retry-After") == "" {
+		t.Errorf("the right token after %d failures: %d %s, want 429 with Retry-After", operatorFailures, r.status, r.code())
+	}
+	e.clock.add(failureWindow)
+	if r := b.operatorSignin(adminToken); r.status != http.StatusSeeOther {
+		t.Errorf("after the window: %d %s", r.status, r.code())
+	}
+}

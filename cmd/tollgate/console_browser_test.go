@@ -315,6 +315,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.EmulateViewport(1280, 900),
 		chromedp.Navigate(admin+"/console/"),
 		chromedp.WaitVisible(css(`input[name=token]`)),
+		shot("operator-signin"),
 		chromedp.SendKeys(css(`input[name=token]`), "browser-admin-token"),
 		chromedp.Click(css(`main button[type=submit]`)),
 		chromedp.WaitVisible(css(`input[name=q]`)),
