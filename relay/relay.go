@@ -331,7 +331,6 @@ type exchange struct {
 	spanCtx      context.Context
 	backendSpan  trace.Span
 	traceparent  string
-	searches     int64    // web searches that ran (search requests only)
 	prefixHashes []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
@@ -359,21 +358,7 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		}
 		return 0
 	}
-	c := tollgate.Charge{
-		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
-		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
-	}
-	if x.call.Searches > 0 {
-		c.Searches, c.SearchPrice = x.call.Searches, x.model.SearchPrice
-	}
-	if u.CachedTokens != nil {
-		c.CachedTokens = *u.CachedTokens
-	}
-	if u.ReasoningTokens != nil {
-		c.ReasoningTokens = *u.ReasoningTokens
-	}
-	charged, err := x.r.biller.Settle(ctx, x.holdID, c)
+	charged, err := x.r.biller.Settle(ctx, x.holdID, x.charge(u, x.call.Searches, cost))
 	if err != nil {
 		// The hold stays until its lease ends, so the balance stays covered;
 		// the operator sees this line and the audit.
@@ -381,6 +366,27 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		return cost
 	}
 	return charged
+}
+
+// charge is the request's charge for usage u and searches web searches
+// (their fee included in cost): what its settle writes, and what a running
+// stream records as its charge so far (recordProgress).
+func (x *exchange) charge(u openai.Usage, searches int64, cost tollgate.Amount) tollgate.Charge {
+	c := tollgate.Charge{
+		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
+		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
+	}
+	if searches > 0 {
+		c.Searches, c.SearchPrice = searches, x.model.SearchPrice
+	}
+	if u.CachedTokens != nil {
+		c.CachedTokens = *u.CachedTokens
+	}
+	if u.ReasoningTokens != nil {
+		c.ReasoningTokens = *u.ReasoningTokens
+	}
+	return c
 }
 
 // releaseUnsettled frees the hold of a request that ended without a charge.
@@ -491,9 +497,18 @@ func (x *exchange) classifyStatus(resp *http.Response) error {
 	return e
 }
 
-// cost prices a usage at the serving backend's rates.
-func (x *exchange) cost(u openai.Usage) (tollgate.Amount, error) {
-	return x.backend.Prices.Cost(u.PromptTokens, u.CompletionTokens)
+// cost prices a usage at the serving backend's rates, plus the fee of
+// searches web searches (search requests; 0 for the others).
+func (x *exchange) cost(u openai.Usage, searches int64) (tollgate.Amount, error) {
+	c, err := x.backend.Prices.Cost(u.PromptTokens, u.CompletionTokens)
+	if err != nil || searches == 0 {
+		return c, err
+	}
+	fee, err := tollgate.SearchFee(searches, x.model.SearchPrice)
+	if err != nil {
+		return 0, err
+	}
+	return c.Add(fee)
 }
 
 func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err error) {
@@ -523,7 +538,7 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err erro
 	}
 	x.upstreamOK()
 	u := nr.FinalUsage(x.promptEstimate)
-	cost, err := x.cost(u)
+	cost, err := x.cost(u, 0)
 	if err != nil {
 		return fmt.Errorf("price request: %w", err)
 	}

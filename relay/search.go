@@ -68,15 +68,14 @@ type searchRequest struct {
 	toolJSON    []byte // the search function offered to the model
 
 	// What the loop did so far.
-	extra     []byte          // messages appended after the client's, comma-separated objects
-	sources   []search.Source // numbered results, in order
-	attempts  int             // search calls answered (each counts against max)
-	searches  int64           // searches that ran (results from the provider or its cache)
-	turns     int             // backend calls made
-	usage     openai.Usage    // summed over the turns that answered
-	haveUsage bool
-	content   strings.Builder // the answer's text as the client sees it
-	callSeq   int
+	extra    []byte          // messages appended after the client's, comma-separated objects
+	sources  []search.Source // numbered results, in order
+	attempts int             // search calls answered (each counts against max)
+	searches int64           // searches that ran (results from the provider or its cache)
+	turns    int             // backend calls made
+	usage    openai.Usage    // summed over the turns that answered
+	content  strings.Builder // the answer's text as the client sees it
+	callSeq  int
 }
 
 // turn is one backend call's answer, reduced to what the loop needs.
@@ -315,26 +314,29 @@ func (sr *searchRequest) promptEstimate() int64 {
 }
 
 // addUsage sums one call's usage into the request's.
-func (sr *searchRequest) addUsage(u openai.Usage) {
-	s := &sr.usage
-	s.PromptTokens += u.PromptTokens
-	s.CompletionTokens += u.CompletionTokens
-	s.Estimated = s.Estimated || u.Estimated
-	if u.CachedTokens != nil {
-		v := *u.CachedTokens
-		if s.CachedTokens != nil {
-			v += *s.CachedTokens
+func (sr *searchRequest) addUsage(u openai.Usage) { sr.usage = sumUsage(sr.usage, u) }
+
+// sumUsage is the usage of two backend calls together (cached and
+// reasoning tokens counted when either reported them).
+func sumUsage(a, b openai.Usage) openai.Usage {
+	a.PromptTokens += b.PromptTokens
+	a.CompletionTokens += b.CompletionTokens
+	a.Estimated = a.Estimated || b.Estimated
+	if b.CachedTokens != nil {
+		v := *b.CachedTokens
+		if a.CachedTokens != nil {
+			v += *a.CachedTokens
 		}
-		s.CachedTokens = &v
+		a.CachedTokens = &v
 	}
-	if u.ReasoningTokens != nil {
-		v := *u.ReasoningTokens
-		if s.ReasoningTokens != nil {
-			v += *s.ReasoningTokens
+	if b.ReasoningTokens != nil {
+		v := *b.ReasoningTokens
+		if a.ReasoningTokens != nil {
+			v += *a.ReasoningTokens
 		}
-		s.ReasoningTokens = &v
+		a.ReasoningTokens = &v
 	}
-	sr.haveUsage = true
+	return a
 }
 
 // split sorts a call's tool calls into search calls and the client's. A call
@@ -505,24 +507,11 @@ func (sr *searchRequest) number(results []search.Result) ([]search.Result, int) 
 	return out, first
 }
 
-// cost prices the summed usage at the backend's rates plus the searches.
-func (sr *searchRequest) cost() (tollgate.Amount, error) {
-	c, err := sr.x.backend.Prices.Cost(sr.usage.PromptTokens, sr.usage.CompletionTokens)
-	if err != nil {
-		return 0, err
-	}
-	fee, err := tollgate.SearchFee(sr.searches, sr.x.model.SearchPrice)
-	if err != nil {
-		return 0, err
-	}
-	return c.Add(fee)
-}
-
 // settle charges what ran (the summed usage and the searches), or releases
 // the hold when nothing did. It returns the usage and the amount charged.
 func (sr *searchRequest) settle() (openai.Usage, tollgate.Amount, error) {
 	u := sr.usage.Normalize()
-	cost, err := sr.cost()
+	cost, err := sr.x.cost(u, sr.searches)
 	if err != nil {
 		return u, 0, fmt.Errorf("price request: %w", err)
 	}

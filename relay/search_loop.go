@@ -220,6 +220,7 @@ type searchStream struct {
 	roleSent  bool
 	forwarded bool // some of the answer reached the client
 	buf       []byte
+	prog      progress // records the charge so far once some of the answer reached the client
 }
 
 // chunk sends one chunk with the delta and finish reason ("": null).
@@ -266,7 +267,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	s.startWatchdog(cancel)
 	defer s.stopWatchdog()
 
-	ss := &searchStream{sr: sr, s: s}
+	ss := &searchStream{sr: sr, s: s, prog: x.progress()}
 	ss.head = append(ss.head, `{"id":`...)
 	ss.head = strconv.AppendQuote(ss.head, x.completionID())
 	ss.head = append(ss.head, `,"object":"chat.completion.chunk","created":`...)
@@ -460,7 +461,8 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 			readErr = err
 			break
 		}
-		s.lastUpstream.Store(x.r.now().UnixNano())
+		now := x.r.now().UnixNano()
+		s.lastUpstream.Store(now)
 		out, err := norm.Event(ev)
 		if errors.Is(err, openai.ErrDone) {
 			done = true
@@ -471,6 +473,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 			break
 		}
 		if out == nil {
+			ss.noteProgress(&norm, now) // a usage chunk: the call's usage as its end counts it
 			continue
 		}
 		var ch streamChunk
@@ -524,6 +527,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 		if gone {
 			break // the client is gone
 		}
+		ss.noteProgress(&norm, now)
 	}
 	clientGone := req.Context().Err() != nil || s.writeErr != nil
 	served := failure == nil && (done || (errors.Is(readErr, io.EOF) && norm.SawFinish()))
@@ -541,15 +545,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	case failure != nil && !clientGone:
 		x.upstreamFailed()
 	}
-	u, reported := norm.Usage()
-	switch {
-	case reported:
-	case norm.DeliveredBytes() > 0 || served:
-		u = norm.FinalUsage(sr.promptEstimate())
-	default:
-		u = openai.Usage{}
-	}
-	t.usage = u.Normalize()
+	t.usage = sr.callUsage(&norm, served)
 	if !served {
 		if failure == nil {
 			failure = context.Canceled // the client left
@@ -567,6 +563,37 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	}
 	sr.split(t, list, offered)
 	return t, nil
+}
+
+// callUsage is what a streamed call counts for (so far): the backend's
+// usage if it sent one; else, once the call delivered something or was
+// served, the prompt estimate and the completion tokens counted from what
+// it delivered; else nothing.
+func (sr *searchRequest) callUsage(norm *openai.StreamNormalizer, served bool) openai.Usage {
+	u, reported := norm.Usage()
+	switch {
+	case reported:
+	case norm.DeliveredBytes() > 0 || served:
+		u = norm.FinalUsage(sr.promptEstimate())
+	default:
+		u = openai.Usage{}
+	}
+	return u.Normalize()
+}
+
+// noteProgress records the request's charge so far in the charge journal
+// when a record is due (progress.due) and some of the answer reached the
+// client, so that a crash of this process does not leave it unpaid
+// (docs/billing.md, "Streams cut by a crash"): what the settle would charge
+// if the request ended now, that is the earlier calls' usage, this call's
+// so far (norm) and every search that ran.
+func (ss *searchStream) noteProgress(norm *openai.StreamNormalizer, now int64) {
+	if !ss.forwarded || !ss.prog.due(now) {
+		return
+	}
+	sr := ss.sr
+	u := sumUsage(sr.usage, sr.callUsage(norm, false)).Normalize()
+	sr.x.recordProgress(ss.prog.pr, u, sr.searches)
 }
 
 // endTurnSpan closes one call's backend span with what the call returned.

@@ -28,6 +28,7 @@ import (
 type scriptedModel struct {
 	mu     sync.Mutex
 	bodies []map[string]any
+	usages [][2]int     // prompt and completion tokens of each answer (recorded with the bodies)
 	busy   atomic.Int64 // nanoseconds spent answering (the model's own time)
 	record bool         // keep the request bodies (tests; not benchmarks)
 }
@@ -65,6 +66,9 @@ func (sm *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if offered && last["role"] != "tool" {
 		content = ""
+		if strings.Contains(firstUser, "preface") {
+			content = "Let me look that up."
+		}
 		calls = append(calls, map[string]any{"id": "c1", "type": "function",
 			"function": map[string]any{"name": search.ToolName, "arguments": `{"query":"tollgate news"}`}})
 		if strings.Contains(firstUser, "twice") {
@@ -102,6 +106,11 @@ func (sm *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt := len(raw) / 4
 	completion := len(content)/4 + 3*len(calls) + 1
+	if sm.record {
+		sm.mu.Lock()
+		sm.usages = append(sm.usages, [2]int{prompt, completion})
+		sm.mu.Unlock()
+	}
 	if req["stream"] == true {
 		w.Header().Set("Content-Type", "text/event-stream")
 		bw := bufio.NewWriter(w)
@@ -157,14 +166,18 @@ func splitEvery(s string, n int) []string {
 
 // fakeSearcher answers every query with three results, or fails.
 type fakeSearcher struct {
-	calls atomic.Int64
-	fail  bool
+	calls    atomic.Int64
+	fail     bool
+	onSearch func() // runs at each search (a test's clock moves on)
 }
 
 func (f *fakeSearcher) SupportsLocation() bool { return false }
 
 func (f *fakeSearcher) Search(ctx context.Context, q search.Query) ([]search.Result, error) {
 	n := f.calls.Add(1)
+	if f.onSearch != nil {
+		f.onSearch()
+	}
 	if f.fail {
 		return nil, &tollgate.Error{Code: tollgate.CodeSearchUnavailable, Message: "the web search provider failed"}
 	}
@@ -175,13 +188,15 @@ func (f *fakeSearcher) Search(ctx context.Context, q search.Query) ([]search.Res
 	return out, nil
 }
 
-// fakeBiller records the charge.
+// fakeBiller records the charge, and the charges so far a stream records
+// (a biller with a charge journal: progressRecorder).
 type fakeBiller struct {
-	traffic countTraffic
-	mu      sync.Mutex
-	held    tollgate.Amount
-	charges []tollgate.Charge
-	release int
+	traffic  countTraffic
+	mu       sync.Mutex
+	held     tollgate.Amount
+	charges  []tollgate.Charge
+	progress []tollgate.Charge
+	release  int
 }
 
 type countTraffic struct{ n atomic.Int64 }
@@ -200,6 +215,13 @@ func (b *fakeBiller) Settle(ctx context.Context, holdID string, c tollgate.Charg
 	defer b.mu.Unlock()
 	b.charges = append(b.charges, c)
 	return c.Cost, nil
+}
+
+func (b *fakeBiller) Progress(holdID string, c tollgate.Charge) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.progress = append(b.progress, c)
+	return true
 }
 
 func (b *fakeBiller) Release(ctx context.Context, holdID string) error {

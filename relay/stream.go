@@ -97,11 +97,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		// first token and then every streamProgressEvery, so that a crash
 		// of this process does not leave it unpaid (docs/billing.md,
 		// "Streams cut by a crash").
-		pr, _ := x.r.biller.(progressRecorder)
-		if x.holdID == "" {
-			pr = nil
-		}
-		var nextProgress int64
+		prog := x.progress()
 		for {
 			ev, err := er.Next()
 			if err != nil {
@@ -134,9 +130,8 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 				x.firstTokenEvent()
 				s.flush()
 			}
-			if pr != nil && now >= nextProgress && norm.DeliveredBytes() > 0 {
-				nextProgress = now + int64(streamProgressEvery)
-				x.recordProgress(pr, norm)
+			if norm.DeliveredBytes() > 0 && prog.due(now) {
+				x.recordProgress(prog.pr, norm.FinalUsage(x.promptEstimate), 0)
 			}
 		}
 	}
@@ -187,7 +182,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		x.call.Outcome = "failed"
 		return failure
 	}
-	cost, err := x.cost(u)
+	cost, err := x.cost(u, 0)
 	if err != nil {
 		return fmt.Errorf("price stream: %w", err)
 	}
@@ -233,20 +228,44 @@ type progressRecorder interface {
 // what it delivered in this time, plus the gap to the backend's next chunk.
 const streamProgressEvery = time.Second
 
-// recordProgress records the stream's charge so far: the backend's usage if
-// it sent one already, else the prompt estimate and the completion tokens
-// counted from what was delivered (estimated).
-func (x *exchange) recordProgress(pr progressRecorder, norm *openai.StreamNormalizer) {
-	u := norm.FinalUsage(x.promptEstimate)
-	cost, err := x.cost(u)
+// progress paces a stream's records of its charge so far.
+type progress struct {
+	pr   progressRecorder // nil: nothing is recorded (no charge journal, no hold)
+	next int64            // unix nanos: the next record is due then
+}
+
+// progress is the stream's pacer: it records only when the biller keeps a
+// charge journal and the request holds money.
+func (x *exchange) progress() progress {
+	pr, _ := x.r.biller.(progressRecorder)
+	if x.holdID == "" {
+		pr = nil
+	}
+	return progress{pr: pr}
+}
+
+// due reports whether a record is due at now (unix nanos): the first one,
+// or the first at least streamProgressEvery after the last. When it is, the
+// next is due streamProgressEvery later.
+func (p *progress) due(now int64) bool {
+	if p.pr == nil || now < p.next {
+		return false
+	}
+	p.next = now + int64(streamProgressEvery)
+	return true
+}
+
+// recordProgress records the request's charge so far: usage u (the
+// backend's usage where it sent one, else the prompt estimate and the
+// completion tokens counted from what was delivered) and searches web
+// searches, at the serving backend's rates: the charge its settle would
+// write if it ended now.
+func (x *exchange) recordProgress(pr progressRecorder, u openai.Usage, searches int64) {
+	cost, err := x.cost(u, searches)
 	if err != nil {
 		return
 	}
-	pr.Progress(x.holdID, tollgate.Charge{
-		RequestID: x.call.RequestID, AccountID: x.call.Account.ID, KeyID: x.call.Key.ID, Model: x.model.ID,
-		Class: x.backend.Class, Node: x.node.Name, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-		Prices: x.backend.Prices, Cost: cost, Estimated: u.Estimated, Time: x.r.now(),
-	})
+	pr.Progress(x.holdID, x.charge(u, searches, cost))
 }
 
 // streamBufs are the buffers a stream grows (the event reader's and the
