@@ -602,12 +602,17 @@ func TestOverviewPastDaysCache(t *testing.T) {
 }
 
 // countingStore counts the console's sums of closed days read from the
-// ledger (DailyCharges with an end; today's sums have none), and fails the
-// saved days' reads and writes when told to.
+// ledger (DailyCharges with an end; today's sums have none) and its reads of
+// the days' marks, and fails the saved days' reads and writes when told to.
 type countingStore struct {
 	testStore
-	closedSums atomic.Int64
-	fail       error
+	closedSums, dayMarks atomic.Int64
+	fail                 error
+}
+
+func (s *countingStore) DayMarks(ctx context.Context, account string, since, until time.Time) ([]tollgate.DayMark, error) {
+	s.dayMarks.Add(1)
+	return s.testStore.DayMarks(ctx, account, since, until)
 }
 
 func (s *countingStore) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollgate.ChargeDay, error) {
@@ -695,22 +700,33 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	cs := &countingStore{testStore: e.st}
 	e.restart(t, cs, nil)
 	view("restarted", want)
-	if n := cs.closedSums.Load(); n != 0 {
-		t.Errorf("the restarted instance summed the past days %d times, want none (they are saved)", n)
+	if n, m := cs.closedSums.Load(), cs.dayMarks.Load(); n != 0 || m != 0 {
+		t.Errorf("the restarted instance summed the past days %d times and read their marks %d times, want neither (they are saved, the span's count says unchanged)", n, m)
 	}
 	// A charge recovered into a saved day.
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -3).Add(time.Hour))
 	want = []string{`id="spend-today">0.25 USD`, `id="spend-month">2.00 USD`, "2026-03-17 · tg-chat · 1.25 USD",
 		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
 	view("a late charge", want)
-	if n := cs.closedSums.Load(); n != 1 {
-		t.Errorf("after a late charge, the past days were summed %d times, want once (the day that changed)", n)
+	if n, m := cs.closedSums.Load(), cs.dayMarks.Load(); n != 1 || m != 1 {
+		t.Errorf("after a late charge, the past days were summed %d times and their marks read %d times, want once each (the day that changed)", n, m)
 	}
 	cs2 := &countingStore{testStore: e.st}
 	e.restart(t, cs2, nil)
 	view("restarted after the late charge", want)
 	if n := cs2.closedSums.Load(); n != 0 {
 		t.Errorf("the instance restarted after the late charge summed the past days %d times, want none (the day was saved again)", n)
+	}
+	// Charges recovered while no instance runs, into a saved day and into a
+	// day that had no rows: the next instance's first view has them.
+	cs3 := &countingStore{testStore: e.st}
+	e.restart(t, cs3, nil)
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -5).Add(time.Minute))
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("3"), now.AddDate(0, 0, -10))
+	view("late charges before the first view of a restarted instance", []string{`id="spend-month">5.25 USD`,
+		"2026-03-17 · tg-chat · 1.25 USD", "2026-03-15 · tg-mini · 0.75 USD", "2026-03-10 · tg-mini · 3.00 USD", "2026-02-28 · tg-chat · 2.00 USD"})
+	if n := cs3.closedSums.Load(); n != 1 {
+		t.Errorf("the past days were summed %d times, want once (the span of the two days that changed)", n)
 	}
 }
 
