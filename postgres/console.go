@@ -270,7 +270,8 @@ func (db *DB) SavedDays(ctx context.Context, accountID string, since, until time
 }
 
 // SaveDays replaces the given days and deletes the account's days before
-// since, in one transaction sent as one batch. A day's mark is written
+// since, in one transaction sent as one batch, committed without waiting
+// for the WAL's flush. A day's mark is written
 // first: its row lock makes a concurrent saver of the same day wait until
 // this one commits, then replace all of its sums (under READ COMMITTED each
 // statement sees what committed before it), so the day ends up as one
@@ -295,6 +296,9 @@ func (db *DB) SaveDays(ctx context.Context, accountID string, since time.Time, d
 	}
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
+		// The rows are a cache: the commit need not wait for the WAL's
+		// flush, and a save lost in a crash is a day summed again.
+		b.Queue(`SET LOCAL synchronous_commit TO off`)
 		// The sums go with their days (ON DELETE CASCADE).
 		b.Queue(`DELETE FROM console_days WHERE account_id = $1 AND day < $2::date`, accountID, since.UTC())
 		if len(days) > 0 {

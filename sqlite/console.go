@@ -316,21 +316,38 @@ func (db *DB) SaveDays(ctx context.Context, accountID string, since time.Time, d
 		if _, err := tx.ExecContext(ctx, `DELETE FROM console_day_sums WHERE account_id = ? AND day < ?`, accountID, toMicros(since)); err != nil {
 			return err
 		}
+		if len(days) == 0 {
+			return nil
+		}
+		// Prepared once for the days' many rows.
+		mark, err := tx.PrepareContext(ctx, `INSERT INTO console_days (account_id, day, ledger_rows, last_seq) VALUES (?, ?, ?, ?)
+			ON CONFLICT (account_id, day) DO UPDATE SET ledger_rows = excluded.ledger_rows, last_seq = excluded.last_seq`)
+		if err != nil {
+			return err
+		}
+		defer mark.Close()
+		drop, err := tx.PrepareContext(ctx, `DELETE FROM console_day_sums WHERE account_id = ? AND day = ?`)
+		if err != nil {
+			return err
+		}
+		defer drop.Close()
+		sum, err := tx.PrepareContext(ctx, `INSERT INTO console_day_sums (account_id, day, key_id, model, class, requests,
+			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, estimated, searches, cost, uncollected)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer sum.Close()
 		for _, d := range days {
 			day := toMicros(d.Mark.Day)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO console_days (account_id, day, ledger_rows, last_seq) VALUES (?, ?, ?, ?)
-				ON CONFLICT (account_id, day) DO UPDATE SET ledger_rows = excluded.ledger_rows, last_seq = excluded.last_seq`,
-				accountID, day, d.Mark.Rows, d.Mark.LastSeq); err != nil {
+			if _, err := mark.ExecContext(ctx, accountID, day, d.Mark.Rows, d.Mark.LastSeq); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM console_day_sums WHERE account_id = ? AND day = ?`, accountID, day); err != nil {
+			if _, err := drop.ExecContext(ctx, accountID, day); err != nil {
 				return err
 			}
 			for _, s := range d.Sums {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO console_day_sums (account_id, day, key_id, model, class, requests,
-					prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, estimated, searches, cost, uncollected)
-					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-					accountID, day, s.KeyID, s.Model, string(s.Class), s.Requests, s.PromptTokens, s.CompletionTokens,
+				if _, err := sum.ExecContext(ctx, accountID, day, s.KeyID, s.Model, string(s.Class), s.Requests, s.PromptTokens, s.CompletionTokens,
 					s.CachedTokens, s.ReasoningTokens, s.Estimated, s.Searches, int64(s.Cost), int64(s.Uncollected)); err != nil {
 					return err
 				}
