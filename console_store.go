@@ -65,8 +65,18 @@ type DayMark struct {
 	LastSeq int64
 }
 
-// ConsoleStore keeps the console's invitations, passwords and sessions, and
-// answers the console's two reads the billing store has no shape for.
+// SavedDay is one closed day of an account's charges as the console summed
+// them (DailyCharges), with the mark of the day's ledger rows they were
+// summed at: the sums hold while the day's DayMark is still Mark. A day with
+// ledger rows but no charge (a credit's day) has a mark and no sums.
+type SavedDay struct {
+	Mark DayMark
+	Sums []ChargeDay // the day's, ordered as DailyCharges orders them
+}
+
+// ConsoleStore keeps the console's invitations, passwords and sessions,
+// answers the console's reads the billing store has no shape for, and keeps
+// the console's sums of past days (a cache derived from the ledger).
 type ConsoleStore interface {
 	// CreateInvite stores an invitation under the hash of its token;
 	// ErrNotFound if the account does not exist.
@@ -106,6 +116,14 @@ type ConsoleStore interface {
 	// RecentCharges returns charges matching f, newest first, skipping
 	// offset and returning at most limit.
 	RecentCharges(ctx context.Context, f UsageFilter, offset, limit int) ([]LedgerEntry, error)
+	// SavedDays returns the account's saved days in [since, until), oldest
+	// first, each read whole (its mark and its sums as one save wrote them).
+	SavedDays(ctx context.Context, accountID string, since, until time.Time) ([]SavedDay, error)
+	// SaveDays replaces each of the given days (its mark and all its sums)
+	// and deletes the account's saved days before since, in one
+	// transaction: concurrent savers of a day leave one of their saves, never
+	// a mix. ErrNotFound if the account does not exist.
+	SaveDays(ctx context.Context, accountID string, since time.Time, days []SavedDay) error
 }
 
 // InviteTTL is how long an invitation stays usable.

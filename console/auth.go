@@ -97,7 +97,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
 	// Sum the overview's past days now, so that the page the browser is
 	// sent to reads them from the cache (docs/decisions.md).
 	today, _, _, since := overviewDays(now)
-	if _, err := c.closed.get(r.Context(), c.st, acctID, since, today); err != nil {
+	if _, err := c.closed.get(r.Context(), c.st, c.o.Log, acctID, since, today); err != nil {
 		c.o.Log.Warn("console: sum the past days at sign-in", "account", acctID, "err", err)
 	}
 	c.setCookie(w, r, sessionCookie, token, c.o.SessionTTL, http.SameSiteLaxMode)

@@ -5,20 +5,24 @@ import (
 	"encoding/csv"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/sqlite"
@@ -81,6 +85,7 @@ type testStore interface {
 type env struct {
 	t     *testing.T
 	st    testStore
+	opts  Options // the console's, for restart
 	con   *Console
 	srv   *httptest.Server
 	clock *clock
@@ -116,9 +121,28 @@ func newEnvStore(t testing.TB, o Options, st testStore) *env {
 	}
 	srv := httptest.NewServer(con)
 	t.Cleanup(srv.Close)
-	e := &env{st: st, con: con, srv: srv, clock: clk, cat: cat}
+	e := &env{st: st, opts: o, con: con, srv: srv, clock: clk, cat: cat}
 	e.acct, e.key = e.newAccount(t, "alice", "10")
 	return e
+}
+
+// restart replaces the env's console and its server with new ones on st
+// (e.st or a wrapper of it): an instance started since, with nothing in its
+// memory. log, if not nil, is the new console's logger. Browsers keep their
+// cookies (a cookie jar ignores the port).
+func (e *env) restart(t testing.TB, st Store, log *slog.Logger) {
+	t.Helper()
+	o := e.opts
+	if log != nil {
+		o.Log = log
+	}
+	con, err := New(st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	e.con, e.srv = con, srv
 }
 
 func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, tollgate.Key) {
@@ -745,6 +769,177 @@ func TestOverviewPastDaysCache(t *testing.T) {
 			t.Errorf("the next day, the overview lacks %s", want)
 		}
 	}
+}
+
+// countingStore counts the console's sums of closed days read from the
+// ledger (DailyCharges with an end; today's sums have none) and its reads of
+// the days' marks, and fails the saved days' reads and writes when told to.
+type countingStore struct {
+	testStore
+	closedSums, dayMarks atomic.Int64
+	fail                 error
+}
+
+func (s *countingStore) DayMarks(ctx context.Context, account string, since, until time.Time) ([]tollgate.DayMark, error) {
+	s.dayMarks.Add(1)
+	return s.testStore.DayMarks(ctx, account, since, until)
+}
+
+func (s *countingStore) DailyCharges(ctx context.Context, f tollgate.UsageFilter) ([]tollgate.ChargeDay, error) {
+	if !f.Until.IsZero() {
+		s.closedSums.Add(1)
+	}
+	return s.testStore.DailyCharges(ctx, f)
+}
+
+func (s *countingStore) SavedDays(ctx context.Context, account string, since, until time.Time) ([]tollgate.SavedDay, error) {
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	return s.testStore.SavedDays(ctx, account, since, until)
+}
+
+func (s *countingStore) SaveDays(ctx context.Context, account string, since time.Time, days []tollgate.SavedDay) error {
+	if s.fail != nil {
+		return s.fail
+	}
+	return s.testStore.SaveDays(ctx, account, since, days)
+}
+
+// The past days summed are saved in the store: a restarted instance reads
+// them and sums nothing from the ledger while they are current; a charge
+// recovered into a saved day later makes that day (only) summed again, and
+// saved again for the next instance. On SQLite and, with
+// $TOLLGATE_TEST_POSTGRES, on PostgreSQL.
+func TestOverviewPastDaysSaved(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testOverviewPastDaysSaved(t, newEnv(t, Options{})) })
+	if os.Getenv(postgres.TestEnv) != "" {
+		t.Run("postgres", func(t *testing.T) { testOverviewPastDaysSaved(t, newEnvStore(t, Options{}, postgres.OpenTest(t))) })
+	}
+}
+
+func testOverviewPastDaysSaved(t *testing.T, e *env) {
+	now := e.clock.now() // 2026-03-20 15:00 UTC
+	today := now.Truncate(24 * time.Hour)
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("1"), now.AddDate(0, 0, -3))
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -20)) // last month, in the chart
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now)
+	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", now.AddDate(0, 0, -4)); err != nil {
+		t.Fatal(err)
+	}
+	b := e.signedIn(t)
+	want := []string{`id="spend-today">0.25 USD`, `id="spend-month">1.75 USD`, "2026-03-17 · tg-chat · 1.00 USD",
+		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
+	view := func(what string, want []string) {
+		t.Helper()
+		p := b.get("/console/")
+		if p.status != 200 {
+			t.Fatalf("%s: overview %d %s", what, p.status, p.code())
+		}
+		for _, w := range want {
+			if !strings.Contains(p.body, w) {
+				t.Errorf("%s: the overview lacks %s", what, w)
+			}
+		}
+	}
+	view("signed in", want)
+	// The sign-in saved the span's days with rows: their marks, the
+	// charges' sums, and the credit's day without sums.
+	_, _, _, since := overviewDays(now)
+	marks, err := e.st.DayMarks(context.Background(), e.acct.ID, since, today)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := e.st.SavedDays(context.Background(), e.acct.ID, since, today)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marks) != 4 || len(saved) != len(marks) {
+		t.Fatalf("saved days %+v, marks %+v: want the 4 past days with rows", saved, marks)
+	}
+	for i, d := range saved {
+		if d.Mark != marks[i] {
+			t.Errorf("saved day %d: mark %+v, the ledger's %+v", i, d.Mark, marks[i])
+		}
+	}
+	if len(saved[2].Sums) != 0 || len(saved[3].Sums) != 1 || saved[3].Sums[0].Cost != tollgate.MustParseAmount("1") {
+		t.Errorf("saved sums: the credit's day %+v, the last day %+v", saved[2], saved[3])
+	}
+
+	cs := &countingStore{testStore: e.st}
+	e.restart(t, cs, nil)
+	view("restarted", want)
+	if n, m := cs.closedSums.Load(), cs.dayMarks.Load(); n != 0 || m != 0 {
+		t.Errorf("the restarted instance summed the past days %d times and read their marks %d times, want neither (they are saved, the span's count says unchanged)", n, m)
+	}
+	// A charge recovered into a saved day.
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -3).Add(time.Hour))
+	want = []string{`id="spend-today">0.25 USD`, `id="spend-month">2.00 USD`, "2026-03-17 · tg-chat · 1.25 USD",
+		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
+	view("a late charge", want)
+	if n, m := cs.closedSums.Load(), cs.dayMarks.Load(); n != 1 || m != 1 {
+		t.Errorf("after a late charge, the past days were summed %d times and their marks read %d times, want once each (the day that changed)", n, m)
+	}
+	cs2 := &countingStore{testStore: e.st}
+	e.restart(t, cs2, nil)
+	view("restarted after the late charge", want)
+	if n := cs2.closedSums.Load(); n != 0 {
+		t.Errorf("the instance restarted after the late charge summed the past days %d times, want none (the day was saved again)", n)
+	}
+	// Charges recovered while no instance runs, into a saved day and into a
+	// day that had no rows: the next instance's first view has them.
+	cs3 := &countingStore{testStore: e.st}
+	e.restart(t, cs3, nil)
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -5).Add(time.Minute))
+	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("3"), now.AddDate(0, 0, -10))
+	view("late charges before the first view of a restarted instance", []string{`id="spend-month">5.25 USD`,
+		"2026-03-17 · tg-chat · 1.25 USD", "2026-03-15 · tg-mini · 0.75 USD", "2026-03-10 · tg-mini · 3.00 USD", "2026-02-28 · tg-chat · 2.00 USD"})
+	if n := cs3.closedSums.Load(); n != 1 {
+		t.Errorf("the past days were summed %d times, want once (the span of the two days that changed)", n)
+	}
+}
+
+// The saved days are a cache: when the store cannot read or write them,
+// the overview sums the ledger, and the failure is logged.
+func TestOverviewSavedDaysFail(t *testing.T) {
+	e := newEnv(t, Options{})
+	now := e.clock.now()
+	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("1"), now.AddDate(0, 0, -3))
+	var log logBuffer
+	cs := &countingStore{testStore: e.st, fail: errors.New("the disk is on fire")}
+	e.restart(t, cs, slog.New(slog.NewTextHandler(&log, nil)))
+	b := e.signedIn(t)
+	p := b.get("/console/")
+	if p.status != 200 || !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+		t.Fatalf("overview with the saved days failing: %d %s", p.status, p.code())
+	}
+	for _, w := range []string{"console: read the saved past days", "console: save the past days", "the disk is on fire"} {
+		if !strings.Contains(log.String(), w) {
+			t.Errorf("the log lacks %q:\n%s", w, log.String())
+		}
+	}
+	if saved, err := e.st.SavedDays(context.Background(), e.acct.ID, now.AddDate(0, 0, -40), now); err != nil || len(saved) != 0 {
+		t.Errorf("saved days = %+v, %v; want none", saved, err)
+	}
+}
+
+// logBuffer is a log's output, written by the server's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestActivityAndCSV(t *testing.T) {

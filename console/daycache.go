@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -18,6 +19,12 @@ import (
 // that changed, it reads each day's mark and sums again only the days whose
 // mark is not the cached one: a day's sums are read once, and a new day adds
 // one day's rows.
+//
+// The days summed are also saved in the store with their marks (SaveDays),
+// and an account with nothing in memory starts from the saved days: an
+// instance that has just started, or a session signed in on another
+// instance, reads 30 days of sums instead of summing the ledger, and sums
+// only the days whose mark has changed since they were saved.
 type closedDays struct {
 	mu       sync.Mutex
 	accounts map[string]*accountDays
@@ -54,8 +61,10 @@ func (c *closedDays) account(id string) *accountDays {
 }
 
 // get returns the account's daily charges in [since, until), whole days,
-// oldest first. The caller must not modify the slice.
-func (c *closedDays) get(ctx context.Context, st Store, account string, since, until time.Time) ([]tollgate.ChargeDay, error) {
+// oldest first. until must be today's start at the latest: only days that
+// have ended are saved. The caller must not modify the slice. The saved days
+// are a cache: failing to read or write them is logged, not returned.
+func (c *closedDays) get(ctx context.Context, st Store, log *slog.Logger, account string, since, until time.Time) ([]tollgate.ChargeDay, error) {
 	a := c.account(account)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -67,6 +76,29 @@ func (c *closedDays) get(ctx context.Context, st Store, account string, since, u
 	}
 	if a.out != nil && span == a.span {
 		return a.out, nil
+	}
+	if a.days == nil {
+		// Nothing in memory: start from the saved days as if they had been
+		// returned last. When the span's mark is their marks together, no
+		// day has gained a row since it was saved (rows are only added, so
+		// no day's count can have grown while the total stayed), and no day
+		// without a saved mark has rows; otherwise the marks below check
+		// each saved day like the ones kept in memory.
+		saved, err := st.SavedDays(ctx, account, since, until)
+		if err != nil {
+			log.Warn("console: read the saved past days", "account", account, "err", err)
+		}
+		a.days = make(map[time.Time]closedDay, len(saved))
+		a.span, a.out = tollgate.DayMark{Day: since}, make([]tollgate.ChargeDay, 0, 2*len(saved))
+		for _, d := range saved {
+			a.days[d.Mark.Day] = closedDay{mark: d.Mark, sums: d.Sums}
+			a.out = append(a.out, d.Sums...)
+			a.span.Rows += d.Mark.Rows
+			a.span.LastSeq = max(a.span.LastSeq, d.Mark.LastSeq)
+		}
+		if span == a.span {
+			return a.out, nil
+		}
 	}
 	marks, err := st.DayMarks(ctx, account, since, until)
 	if err != nil {
@@ -114,5 +146,18 @@ func (c *closedDays) get(ctx context.Context, st Store, account string, since, u
 	}
 	// Days that left the range (or never had rows) are dropped.
 	a.days, a.out = fresh, out
+	if !lo.IsZero() {
+		// Save the days summed, each with the mark read before its sums, and
+		// delete the account's saved days that left the range.
+		var save []tollgate.SavedDay
+		for _, m := range marks {
+			if !m.Day.Before(lo) && m.Day.Before(hi) {
+				save = append(save, tollgate.SavedDay{Mark: m, Sums: fresh[m.Day].sums})
+			}
+		}
+		if err := st.SaveDays(ctx, account, since, save); err != nil {
+			log.Warn("console: save the past days", "account", account, "err", err)
+		}
+	}
 	return out, nil
 }

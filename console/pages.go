@@ -49,7 +49,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	today, first, month, since := overviewDays(now)
 	acc := newChartAcc(first)
 	byModel := map[string]*modelSpend{}
-	closed, err := c.closed.get(ctx, c.st, req.account.ID, since, today)
+	closed, err := c.closed.get(ctx, c.st, c.o.Log, req.account.ID, since, today)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -227,4 +228,104 @@ func (db *DB) SpanMark(ctx context.Context, accountID string, since, until time.
 		return m, fmt.Errorf("postgres: span mark: %w", err)
 	}
 	return m, nil
+}
+
+// SavedDays reads the account's saved days in [since, until) with their
+// sums, in one statement (one snapshot, so a day is read as one save wrote
+// it). A day without sums comes back as one row with no sum.
+func (db *DB) SavedDays(ctx context.Context, accountID string, since, until time.Time) ([]tollgate.SavedDay, error) {
+	rows, err := db.pool.Query(ctx, `SELECT d.day, d.ledger_rows, d.last_seq, s.day IS NOT NULL,
+		coalesce(s.key_id, ''), coalesce(s.model, ''), coalesce(s.class, ''), coalesce(s.requests, 0),
+		coalesce(s.prompt_tokens, 0), coalesce(s.completion_tokens, 0), coalesce(s.cached_tokens, 0), coalesce(s.reasoning_tokens, 0),
+		coalesce(s.estimated, 0), coalesce(s.searches, 0), coalesce(s.cost, 0), coalesce(s.uncollected, 0)
+		FROM console_days d LEFT JOIN console_day_sums s ON s.account_id = d.account_id AND s.day = d.day
+		WHERE d.account_id = $1 AND d.day >= $2::date AND d.day < $3::date
+		ORDER BY d.day, s.key_id, s.model, s.class`, accountID, since.UTC(), until.UTC()) // dates of UTC days
+	if err != nil {
+		return nil, fmt.Errorf("postgres: saved days: %w", err)
+	}
+	defer rows.Close()
+	out := []tollgate.SavedDay{}
+	for rows.Next() {
+		var m tollgate.DayMark
+		var d tollgate.ChargeDay
+		var day time.Time
+		var cost, unc int64
+		var class string
+		var sum bool
+		if err := rows.Scan(&day, &m.Rows, &m.LastSeq, &sum, &d.KeyID, &d.Model, &class, &d.Requests, &d.PromptTokens, &d.CompletionTokens,
+			&d.CachedTokens, &d.ReasoningTokens, &d.Estimated, &d.Searches, &cost, &unc); err != nil {
+			return nil, fmt.Errorf("postgres: saved days: %w", err)
+		}
+		m.Day = time.Unix(day.Unix(), 0).UTC() // as DayMarks gives it
+		if n := len(out); n == 0 || !out[n-1].Mark.Day.Equal(m.Day) {
+			out = append(out, tollgate.SavedDay{Mark: m})
+		}
+		if sum {
+			d.Day, d.Class, d.Cost, d.Uncollected = m.Day, tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
+			last := &out[len(out)-1]
+			last.Sums = append(last.Sums, d)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: saved days: %w", err)
+	}
+	return out, nil
+}
+
+// SaveDays replaces the given days and deletes the account's days before
+// since, in one transaction sent as one batch, committed without waiting
+// for the WAL's flush. A day's mark is written
+// first: its row lock makes a concurrent saver of the same day wait until
+// this one commits, then replace all of its sums (under READ COMMITTED each
+// statement sees what committed before it), so the day ends up as one
+// saver's, never a mix.
+func (db *DB) SaveDays(ctx context.Context, accountID string, since time.Time, days []tollgate.SavedDay) error {
+	// Days in order, so that savers of overlapping days lock them in the
+	// same order.
+	days = slices.SortedFunc(slices.Values(days), func(a, b tollgate.SavedDay) int { return a.Mark.Day.Compare(b.Mark.Day) })
+	// Each column as an array, for unnest: one statement per table.
+	var dayList, sumDay []time.Time
+	var dayRows, dayLast []int64
+	var keys, models, classes []string
+	var reqs, prompt, completion, cached, reasoning, est, searches, cost, unc []int64
+	for _, d := range days {
+		dayList, dayRows, dayLast = append(dayList, d.Mark.Day.UTC()), append(dayRows, d.Mark.Rows), append(dayLast, d.Mark.LastSeq)
+		for _, s := range d.Sums {
+			sumDay, keys, models, classes = append(sumDay, d.Mark.Day.UTC()), append(keys, s.KeyID), append(models, s.Model), append(classes, string(s.Class))
+			reqs, prompt, completion = append(reqs, s.Requests), append(prompt, s.PromptTokens), append(completion, s.CompletionTokens)
+			cached, reasoning, est = append(cached, s.CachedTokens), append(reasoning, s.ReasoningTokens), append(est, s.Estimated)
+			searches, cost, unc = append(searches, s.Searches), append(cost, int64(s.Cost)), append(unc, int64(s.Uncollected))
+		}
+	}
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		// The rows are a cache: the commit need not wait for the WAL's
+		// flush, and a save lost in a crash is a day summed again.
+		b.Queue(`SET LOCAL synchronous_commit TO off`)
+		// The sums go with their days (ON DELETE CASCADE).
+		b.Queue(`DELETE FROM console_days WHERE account_id = $1 AND day < $2::date`, accountID, since.UTC())
+		if len(days) > 0 {
+			b.Queue(`INSERT INTO console_days (account_id, day, ledger_rows, last_seq)
+				SELECT $1, * FROM unnest($2::date[], $3::bigint[], $4::bigint[])
+				ON CONFLICT (account_id, day) DO UPDATE SET ledger_rows = excluded.ledger_rows, last_seq = excluded.last_seq`,
+				accountID, dayList, dayRows, dayLast)
+			b.Queue(`DELETE FROM console_day_sums WHERE account_id = $1 AND day = ANY($2::date[])`, accountID, dayList)
+		}
+		if len(sumDay) > 0 {
+			b.Queue(`INSERT INTO console_day_sums (account_id, day, key_id, model, class, requests, prompt_tokens, completion_tokens,
+				cached_tokens, reasoning_tokens, estimated, searches, cost, uncollected)
+				SELECT $1, * FROM unnest($2::date[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
+					$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[])`,
+				accountID, sumDay, keys, models, classes, reqs, prompt, completion, cached, reasoning, est, searches, cost, unc)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if pgCode(err) == foreignKeyViolation {
+		return fmt.Errorf("account %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: save days of %s: %w", accountID, err)
+	}
+	return nil
 }

@@ -273,3 +273,108 @@ func (db *DB) SpanMark(ctx context.Context, accountID string, since, until time.
 	m.LastSeq = last.Int64
 	return m, nil
 }
+
+// SavedDays reads the account's saved days in [since, until) with their
+// sums, in one statement (one snapshot, so a day is read as one save wrote
+// it). A day without sums comes back as one row with no sum.
+func (db *DB) SavedDays(ctx context.Context, accountID string, since, until time.Time) ([]tollgate.SavedDay, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT d.day, d.ledger_rows, d.last_seq, s.day IS NOT NULL,
+		coalesce(s.key_id, ''), coalesce(s.model, ''), coalesce(s.class, ''), coalesce(s.requests, 0),
+		coalesce(s.prompt_tokens, 0), coalesce(s.completion_tokens, 0), coalesce(s.cached_tokens, 0), coalesce(s.reasoning_tokens, 0),
+		coalesce(s.estimated, 0), coalesce(s.searches, 0), coalesce(s.cost, 0), coalesce(s.uncollected, 0)
+		FROM console_days d LEFT JOIN console_day_sums s ON s.account_id = d.account_id AND s.day = d.day
+		WHERE d.account_id = ? AND d.day >= ? AND d.day < ?
+		ORDER BY d.day, s.key_id, s.model, s.class`, accountID, toMicros(since), toMicros(until))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: saved days: %w", err)
+	}
+	defer rows.Close()
+	out := []tollgate.SavedDay{}
+	for rows.Next() {
+		var m tollgate.DayMark
+		var d tollgate.ChargeDay
+		var day, cost, unc int64
+		var class string
+		var sum bool
+		if err := rows.Scan(&day, &m.Rows, &m.LastSeq, &sum, &d.KeyID, &d.Model, &class, &d.Requests, &d.PromptTokens, &d.CompletionTokens,
+			&d.CachedTokens, &d.ReasoningTokens, &d.Estimated, &d.Searches, &cost, &unc); err != nil {
+			return nil, fmt.Errorf("sqlite: saved days: %w", err)
+		}
+		m.Day = fromMicros(day)
+		if n := len(out); n == 0 || !out[n-1].Mark.Day.Equal(m.Day) {
+			out = append(out, tollgate.SavedDay{Mark: m})
+		}
+		if sum {
+			d.Day, d.Class, d.Cost, d.Uncollected = m.Day, tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
+			last := &out[len(out)-1]
+			last.Sums = append(last.Sums, d)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: saved days: %w", err)
+	}
+	return out, nil
+}
+
+// SaveDays replaces the given days and deletes the account's days before
+// since, in one write transaction (SQLite's one writer serialises savers).
+// It does not wait for the commit to be synced: the rows are a cache, and a
+// day lost in a crash is summed again from the ledger.
+func (db *DB) SaveDays(ctx context.Context, accountID string, since time.Time, days []tollgate.SavedDay) error {
+	_, err := db.writeCommitted(ctx, func(tx *sql.Tx) error {
+		// The sums are deleted with their days (ON DELETE CASCADE), and
+		// explicitly below: rows left by a DELETE run without foreign keys
+		// (the sqlite3 shell's default) must not join a later save.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM console_days WHERE account_id = ? AND day < ?`, accountID, toMicros(since)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM console_day_sums WHERE account_id = ? AND day < ?`, accountID, toMicros(since)); err != nil {
+			return err
+		}
+		if len(days) == 0 {
+			return nil
+		}
+		// Prepared once for the days' many rows.
+		mark, err := tx.PrepareContext(ctx, `INSERT INTO console_days (account_id, day, ledger_rows, last_seq) VALUES (?, ?, ?, ?)
+			ON CONFLICT (account_id, day) DO UPDATE SET ledger_rows = excluded.ledger_rows, last_seq = excluded.last_seq`)
+		if err != nil {
+			return err
+		}
+		defer mark.Close()
+		drop, err := tx.PrepareContext(ctx, `DELETE FROM console_day_sums WHERE account_id = ? AND day = ?`)
+		if err != nil {
+			return err
+		}
+		defer drop.Close()
+		sum, err := tx.PrepareContext(ctx, `INSERT INTO console_day_sums (account_id, day, key_id, model, class, requests,
+			prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, estimated, searches, cost, uncollected)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer sum.Close()
+		for _, d := range days {
+			day := toMicros(d.Mark.Day)
+			if _, err := mark.ExecContext(ctx, accountID, day, d.Mark.Rows, d.Mark.LastSeq); err != nil {
+				return err
+			}
+			if _, err := drop.ExecContext(ctx, accountID, day); err != nil {
+				return err
+			}
+			for _, s := range d.Sums {
+				if _, err := sum.ExecContext(ctx, accountID, day, s.KeyID, s.Model, string(s.Class), s.Requests, s.PromptTokens, s.CompletionTokens,
+					s.CachedTokens, s.ReasoningTokens, s.Estimated, s.Searches, int64(s.Cost), int64(s.Uncollected)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if isForeignKey(err) {
+		return fmt.Errorf("account %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: save days of %s: %w", accountID, err)
+	}
+	return nil
+}

@@ -2,11 +2,14 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
 )
 
 // runConsole runs the console's store tests (tollgate.ConsoleStore).
@@ -19,6 +22,8 @@ func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"Sessions", testConsoleSessions},
 		{"KeyUsageAndRecent", testConsoleKeyUsage},
 		{"InviteEndsSessions", testConsoleInviteEndsSessions},
+		{"SavedDays", testConsoleSavedDays},
+		{"SaveDaysConcurrent", testConsoleSaveDaysConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run("Console"+tc.name, func(t *testing.T) {
@@ -259,5 +264,235 @@ func testConsoleKeyUsage(t *testing.T, s BillingStore, c tollgate.ConsoleStore) 
 	}
 	if after[len(after)-1] != before[len(before)-1] {
 		t.Errorf("a charge into a past day changed the next day's mark: %+v, was %+v", after[len(after)-1], before[len(before)-1])
+	}
+}
+
+// savedDay reads one day of the account's saved days (ok false if it has
+// none).
+func savedDay(t *testing.T, c tollgate.ConsoleStore, acct string, day time.Time) (tollgate.SavedDay, bool) {
+	t.Helper()
+	ds, err := c.SavedDays(ctx(t), acct, day, day.AddDate(0, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) > 1 {
+		t.Fatalf("saved days of one day: %+v", ds)
+	}
+	if len(ds) == 0 {
+		return tollgate.SavedDay{}, false
+	}
+	return ds[0], true
+}
+
+// The console's saved days give back what the ledger's marks and sums were
+// (times equal as ==, as the console compares marks), a day with a mark and
+// no sums, and only the account's days in the span; a save replaces a day
+// whole and deletes the days before its since.
+func testConsoleSavedDays(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	a, k1 := fundedKey(t, s, usd("10"), nil)
+	k2, _ := newKey(t, s, a.ID, nil)
+	day := t0.Truncate(24 * time.Hour)
+	if err := c.SaveDays(ctx(t), "acct_nope", day, []tollgate.SavedDay{{Mark: tollgate.DayMark{Day: day, Rows: 1, LastSeq: 1}}}); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("save days of a missing account: %v, want ErrNotFound", err)
+	}
+	for i, k := range []tollgate.Key{k1, k2, k1} {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		h := holdOp(a, k, usd("0.5"), at)
+		apply(t, s, h, settleOp(h, usd("0.000000000007"), at))
+	}
+	h := holdOp(a, k2, usd("0.5"), t0.AddDate(0, 0, 2))
+	apply(t, s, h, settleOp(h, usd("1.000000000001"), t0.AddDate(0, 0, 2)))
+	// The day between has a credit only.
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", t0.AddDate(0, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	since, until := day.AddDate(0, 0, -1), day.AddDate(0, 0, 3)
+	marks, err := c.DayMarks(ctx(t), a.ID, since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := c.DailyCharges(ctx(t), tollgate.UsageFilter{AccountID: a.ID, Since: since, Until: until})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []tollgate.SavedDay
+	for _, m := range marks {
+		d := tollgate.SavedDay{Mark: m}
+		for _, cd := range sums {
+			if cd.Day == m.Day {
+				d.Sums = append(d.Sums, cd)
+			}
+		}
+		want = append(want, d)
+	}
+	if len(want) != 3 || !want[0].Mark.Day.Equal(day) || len(want[len(want)-2].Sums) != 0 || len(want[len(want)-1].Sums) != 1 {
+		t.Fatalf("the ledger's days = %+v, want the credit's day without sums and the last day with one", want)
+	}
+	if ds, err := c.SavedDays(ctx(t), a.ID, since, until); err != nil || len(ds) != 0 {
+		t.Errorf("saved days before any save = %+v, %v", ds, err)
+	}
+	if err := c.SaveDays(ctx(t), a.ID, since, want); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := fundedKey(t, s, usd("1"), nil)
+	other := []tollgate.SavedDay{{Mark: tollgate.DayMark{Day: day, Rows: 9, LastSeq: 99}, Sums: []tollgate.ChargeDay{{Day: day, KeyID: "key_b", Model: "m", Requests: 9}}}}
+	if err := c.SaveDays(ctx(t), b.ID, day, other); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.SavedDays(ctx(t), a.ID, since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalDays(got, want) {
+		t.Fatalf("saved days = %+v\nwant %+v", got, want)
+	}
+	// The span is [since, until) of whole days.
+	if got, err := c.SavedDays(ctx(t), a.ID, day.AddDate(0, 0, 1), day.AddDate(0, 0, 2)); err != nil || len(got) != 1 || got[0].Mark != want[len(want)-2].Mark || len(got[0].Sums) != 0 {
+		t.Errorf("saved days of the credit's day = %+v, %v; want its mark alone", got, err)
+	}
+	// A save replaces the day whole: the new mark, only the new sums.
+	repl := tollgate.SavedDay{Mark: tollgate.DayMark{Day: day, Rows: 7, LastSeq: 70},
+		Sums: []tollgate.ChargeDay{{Day: day, KeyID: k2.ID, Model: "n", Class: tollgate.ClassFallback, Requests: 1, Cost: usd("9223372.036854775807"), Uncollected: usd("0.000000000001")}}}
+	if err := c.SaveDays(ctx(t), a.ID, since, []tollgate.SavedDay{repl}); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := savedDay(t, c, a.ID, day); !ok || !equalDays([]tollgate.SavedDay{d}, []tollgate.SavedDay{repl}) {
+		t.Errorf("the day after its replacement = %+v, want %+v", d, repl)
+	}
+	// A day saved with no sums loses the sums it had.
+	repl.Sums = nil
+	if err := c.SaveDays(ctx(t), a.ID, since, []tollgate.SavedDay{repl}); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := savedDay(t, c, a.ID, day); !ok || d.Mark != repl.Mark || len(d.Sums) != 0 {
+		t.Errorf("the day saved without sums = %+v", d)
+	}
+	// since deletes the account's days before it, and no other account's.
+	if _, ok := savedDay(t, c, a.ID, day); !ok {
+		t.Fatal("the first day is not saved")
+	}
+	if err := c.SaveDays(ctx(t), a.ID, day.AddDate(0, 0, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.SavedDays(ctx(t), a.ID, since, until)
+	if err != nil || !equalDays(got, want[len(want)-2:]) {
+		t.Errorf("saved days after a save since the credit's day = %+v, %v; want %+v", got, err, want[len(want)-2:])
+	}
+	if got, err := c.SavedDays(ctx(t), b.ID, since, until); err != nil || !equalDays(got, other) {
+		t.Errorf("the other account's saved days = %+v, %v; want %+v", got, err, other)
+	}
+}
+
+func equalDays(a, b []tollgate.SavedDay) bool {
+	return slices.EqualFunc(a, b, func(x, y tollgate.SavedDay) bool { return x.Mark == y.Mark && slices.Equal(x.Sums, y.Sums) })
+}
+
+// Savers of the same days at once (instances summing them from different
+// marks) leave each day as one of them saved it: its mark with that save's
+// sums, never one's mark with another's sums or a mix of two sums, as seen
+// by readers during the saves and after them.
+func testConsoleSaveDaysConcurrent(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	a, _ := fundedKey(t, s, usd("1"), nil)
+	base := t0.Truncate(24 * time.Hour)
+	// Saver i saves its mark (Rows: i+1) with i+1 sums whose keys name it;
+	// the last one a mark without sums. Savers 0 and 1 give the days in
+	// opposite orders.
+	const savers = 4
+	save := func(i int, days []time.Time) []tollgate.SavedDay {
+		var out []tollgate.SavedDay
+		for _, d := range days {
+			sd := tollgate.SavedDay{Mark: tollgate.DayMark{Day: d, Rows: int64(i + 1), LastSeq: int64(100 + i)}}
+			for j := range i + 1 {
+				if i < savers-1 {
+					sd.Sums = append(sd.Sums, tollgate.ChargeDay{Day: d, KeyID: fmt.Sprintf("key_%d_%d", i, j), Model: "m", Requests: int64(i + 1), Cost: tollgate.Amount(i + 1)})
+				}
+			}
+			out = append(out, sd)
+		}
+		return out
+	}
+	check := func(d tollgate.SavedDay) error {
+		i := int(d.Mark.Rows) - 1
+		if i < 0 || i >= savers || d.Mark.LastSeq != int64(100+i) {
+			return fmt.Errorf("day %s: a mark no saver wrote: %+v", d.Mark.Day, d.Mark)
+		}
+		n := i + 1
+		if i == savers-1 {
+			n = 0
+		}
+		if len(d.Sums) != n {
+			return fmt.Errorf("day %s: mark of saver %d with %d sums: %+v", d.Mark.Day, i, len(d.Sums), d.Sums)
+		}
+		for j, s := range d.Sums {
+			if s.KeyID != fmt.Sprintf("key_%d_%d", i, j) || s.Requests != int64(i+1) || s.Cost != tollgate.Amount(i+1) {
+				return fmt.Errorf("day %s: mark of saver %d with sums %+v", d.Mark.Day, i, d.Sums)
+			}
+		}
+		return nil
+	}
+	const rounds = 15
+	var stop sync.WaitGroup
+	done := make(chan struct{})
+	readErr := make(chan error, 1)
+	stop.Add(1)
+	go func() { // a reader throughout
+		defer stop.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ds, err := c.SavedDays(ctx(t), a.ID, base, base.AddDate(0, 0, rounds+1))
+			if err == nil {
+				for _, d := range ds {
+					if err = check(d); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	for r := range rounds {
+		d0, d1 := base.AddDate(0, 0, r), base.AddDate(0, 0, r+1) // d0 saved before (but in round 0), d1 new
+		var wg sync.WaitGroup
+		errs := make([]error, savers)
+		for i := range savers {
+			days := []time.Time{d0, d1}
+			if i == 1 {
+				days = []time.Time{d1, d0}
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = c.SaveDays(ctx(t), a.ID, base, save(i, days))
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, saver %d: %v", r, i, err)
+			}
+		}
+		for _, day := range []time.Time{d0, d1} {
+			d, ok := savedDay(t, c, a.ID, day)
+			if !ok {
+				t.Fatalf("round %d: day %s not saved", r, day)
+			}
+			if err := check(d); err != nil {
+				t.Fatalf("round %d: %v", r, err)
+			}
+		}
+	}
+	close(done)
+	stop.Wait()
+	select {
+	case err := <-readErr:
+		t.Fatalf("a reader during the saves: %v", err)
+	default:
 	}
 }
