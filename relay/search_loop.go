@@ -303,6 +303,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 			failure = err
 			break
 		}
+		ss.noteSearches()
 		if len(t.clientCalls) > 0 {
 			break
 		}
@@ -594,6 +595,20 @@ func (ss *searchStream) noteProgress(norm *openai.StreamNormalizer, now int64) {
 	sr := ss.sr
 	u := sumUsage(sr.usage, sr.callUsage(norm, false)).Normalize()
 	sr.x.recordProgress(ss.prog.pr, u, sr.searches)
+}
+
+// noteSearches records the charge so far right after a round of searches
+// that ran once some of the answer had reached the client: their fees are
+// owed from then on, and the next chunk, which would record them otherwise,
+// may be a long prefill away.
+func (ss *searchStream) noteSearches() {
+	if !ss.forwarded || ss.prog.pr == nil {
+		return
+	}
+	ss.prog.next = 0 // due now; the next record is a full interval later
+	if ss.prog.due(ss.sr.x.r.now().UnixNano()) {
+		ss.sr.x.recordProgress(ss.prog.pr, ss.sr.usage.Normalize(), ss.sr.searches)
+	}
 }
 
 // endTurnSpan closes one call's backend span with what the call returned.

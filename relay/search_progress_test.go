@@ -151,3 +151,25 @@ func TestSearchStreamFailedBeforeContentRecordsNothing(t *testing.T) {
 		t.Fatalf("progress records %d, charges %d, releases %d; want 0, 0, 1", len(fb.progress), len(fb.charges), fb.release)
 	}
 }
+
+// A round of searches that ran after the answer began is recorded as soon
+// as it ends, not at the backend's next chunk a second later: here the
+// clock stands still, so only that record can carry the search.
+func TestSearchStreamRecordsSearchesWhenTheyEnd(t *testing.T) {
+	clock := newTestClock(0)
+	r, sm, fb := searchRelay(t, &fakeSearcher{})
+	r.now = clock.now
+	w, err := serveSearchRequest(t, r, `{"model":"m","stream":true,"messages":[{"role":"user","content":"preface news"}],"web_search_options":{}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if len(fb.progress) != 2 || len(sm.usages) != 2 {
+		t.Fatalf("%d progress records over %d model calls, want 2 and 2: %+v\n%s", len(fb.progress), len(sm.usages), fb.progress, w.Body.String())
+	}
+	u1 := sm.usages[0]
+	if rec := fb.progress[1]; rec.Searches != 1 || rec.PromptTokens != int64(u1[0]) || rec.CompletionTokens != int64(u1[1]) || rec.Cost != wantCost(t, rec) {
+		t.Fatalf("the record after the search %+v: want the first call's usage %v and its search", rec, u1)
+	}
+}
