@@ -74,6 +74,22 @@ type SavedDay struct {
 	Sums []ChargeDay // the day's, ordered as DailyCharges orders them
 }
 
+// AppendSavedRow adds one row of a stores' saved-days query, which lists
+// the days in order and each day's sums after its mark (one row per sum, or
+// one row without a sum for a day that has none), to out. It sets d's Day
+// from m, and its Class, Cost and Uncollected from class, cost and unc.
+func AppendSavedRow(out []SavedDay, m DayMark, hasSum bool, d ChargeDay, class string, cost, unc int64) []SavedDay {
+	if n := len(out); n == 0 || !out[n-1].Mark.Day.Equal(m.Day) {
+		out = append(out, SavedDay{Mark: m})
+	}
+	if hasSum {
+		d.Day, d.Class, d.Cost, d.Uncollected = m.Day, BackendClass(class), Amount(cost), Amount(unc)
+		last := &out[len(out)-1]
+		last.Sums = append(last.Sums, d)
+	}
+	return out
+}
+
 // ConsoleStore keeps the console's invitations, passwords and sessions,
 // answers the console's reads the billing store has no shape for, and keeps
 // the console's sums of past days (a cache derived from the ledger).

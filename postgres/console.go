@@ -258,14 +258,7 @@ func (db *DB) SavedDays(ctx context.Context, accountID string, since, until time
 			return nil, fmt.Errorf("postgres: saved days: %w", err)
 		}
 		m.Day = time.Unix(day.Unix(), 0).UTC() // as DayMarks gives it
-		if n := len(out); n == 0 || !out[n-1].Mark.Day.Equal(m.Day) {
-			out = append(out, tollgate.SavedDay{Mark: m})
-		}
-		if sum {
-			d.Day, d.Class, d.Cost, d.Uncollected = m.Day, tollgate.BackendClass(class), tollgate.Amount(cost), tollgate.Amount(unc)
-			last := &out[len(out)-1]
-			last.Sums = append(last.Sums, d)
-		}
+		out = tollgate.AppendSavedRow(out, m, sum, d, class, cost, unc)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: saved days: %w", err)
