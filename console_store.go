@@ -110,8 +110,10 @@ type ConsoleStore interface {
 	CreateSession(ctx context.Context, h KeyHash, s ConsoleSession) error
 	// Session returns the session; ErrNotFound when none or expired at now.
 	Session(ctx context.Context, h KeyHash, now time.Time) (ConsoleSession, error)
-	// SetSessionKey records the session's playground key.
-	SetSessionKey(ctx context.Context, h KeyHash, keyID string) error
+	// SetSessionKey records the session's playground key and returns the
+	// one it replaces ("" if none), atomically: of two pages asking at once,
+	// each learns the key it must revoke.
+	SetSessionKey(ctx context.Context, h KeyHash, keyID string) (previous string, err error)
 	// DeleteSession removes the session and returns it; ErrNotFound if none.
 	DeleteSession(ctx context.Context, h KeyHash) (ConsoleSession, error)
 	// KeyUsage returns what each of the account's keys was charged (zero

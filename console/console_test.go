@@ -342,7 +342,7 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 		t.Fatalf("overview: %d %q\n%s", ov.status, ov.header.Get("Cache-Control"), ov.body)
 	}
 	// Sign-out revokes the session's playground key.
-	if err := e.st.SetSessionKey(t.Context(), tollgate.HashKey(sc.Value), e.key.ID); err != nil {
+	if _, err := e.st.SetSessionKey(t.Context(), tollgate.HashKey(sc.Value), e.key.ID); err != nil {
 		t.Fatal(err)
 	}
 	if r := b.post("/console/signout", url.Values{"csrf": {ov.csrf(t)}}); r.status != http.StatusSeeOther {
@@ -1104,11 +1104,35 @@ func TestPlaygroundKey(t *testing.T) {
 	if second.Expires.IsZero() || !second.Expires.Equal(e.clock.now().Add(12*time.Hour)) {
 		t.Errorf("playground key expires %v, want with the session", second.Expires)
 	}
+	// Two pages asking at once (two tabs): every key but the session's
+	// last is revoked, none is left behind.
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			if r := ask(csrf); r.status != 200 {
+				t.Errorf("playground key at once: %d %s", r.status, r.code())
+			}
+		})
+	}
+	wg.Wait()
+	keys, _ := e.st.Keys(t.Context(), e.acct.ID)
+	live := 0
+	for _, k := range keys {
+		if k.Name == playgroundKeyName && k.Revoked.IsZero() {
+			live++
+		}
+	}
+	if live != 1 {
+		t.Errorf("%d playground keys live after pages asked at once, want 1", live)
+	}
 	if r := b.post("/console/signout", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
 		t.Fatalf("sign-out: %d", r.status)
 	}
-	if k, _, _ := e.st.KeyByHash(t.Context(), tollgate.HashKey(got[1])); k.Revoked.IsZero() {
-		t.Error("the playground key outlived the sign-out")
+	keys, _ = e.st.Keys(t.Context(), e.acct.ID)
+	for _, k := range keys {
+		if k.Name == playgroundKeyName && k.Revoked.IsZero() {
+			t.Errorf("playground key %s outlived the sign-out", k.ID)
+		}
 	}
 }
 

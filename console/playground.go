@@ -65,10 +65,11 @@ func (c *Console) playgroundKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h := tollgate.HashKey(req.token)
-	if err := c.st.SetSessionKey(r.Context(), h, k.ID); err != nil {
+	old, err := c.st.SetSessionKey(r.Context(), h, k.ID)
+	if err != nil {
 		return err
 	}
-	if old := req.session.PlaygroundKey; old != "" {
+	if old != "" {
 		if err := c.st.RevokeKey(r.Context(), old, now); err != nil {
 			c.o.Log.Warn("console: revoke the previous playground key", "key", old, "err", err)
 		}

@@ -97,16 +97,21 @@ func (db *DB) Session(ctx context.Context, h tollgate.KeyHash, now time.Time) (t
 		WHERE hash = $1 AND expires > $2`, h.String(), now))
 }
 
-// SetSessionKey records the session's playground key.
-func (db *DB) SetSessionKey(ctx context.Context, h tollgate.KeyHash, keyID string) error {
-	tag, err := db.pool.Exec(ctx, `UPDATE console_sessions SET playground_key = $2 WHERE hash = $1`, h.String(), keyID)
+// SetSessionKey records the session's playground key and returns the one
+// it replaces: the row is locked by the sub-select, so a concurrent setter
+// waits and then reads this one's key as its previous.
+func (db *DB) SetSessionKey(ctx context.Context, h tollgate.KeyHash, keyID string) (string, error) {
+	var previous string
+	err := db.pool.QueryRow(ctx, `UPDATE console_sessions s SET playground_key = $2
+		FROM (SELECT hash, playground_key FROM console_sessions WHERE hash = $1 FOR UPDATE) old
+		WHERE s.hash = old.hash RETURNING old.playground_key`, h.String(), keyID).Scan(&previous)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
 	if err != nil {
-		return fmt.Errorf("postgres: set session key: %w", err)
+		return "", fmt.Errorf("postgres: set session key: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("session: %w", tollgate.ErrNotFound)
-	}
-	return nil
+	return previous, nil
 }
 
 // DeleteSession removes the session and returns it.

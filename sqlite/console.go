@@ -116,16 +116,29 @@ func (db *DB) Session(ctx context.Context, h tollgate.KeyHash, now time.Time) (t
 	return s, nil
 }
 
-// SetSessionKey records the session's playground key.
-func (db *DB) SetSessionKey(ctx context.Context, h tollgate.KeyHash, keyID string) error {
-	res, err := db.execDurable(ctx, `UPDATE console_sessions SET playground_key = ? WHERE hash = ?`, keyID, h.String())
+// SetSessionKey records the session's playground key and returns the one
+// it replaces, in one write transaction (SQLite's one writer makes the read
+// and the update one step).
+func (db *DB) SetSessionKey(ctx context.Context, h tollgate.KeyHash, keyID string) (string, error) {
+	var previous string
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT playground_key FROM console_sessions WHERE hash = ?`, h.String()).Scan(&previous)
+		if errors.Is(err, sql.ErrNoRows) {
+			return tollgate.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE console_sessions SET playground_key = ? WHERE hash = ?`, keyID, h.String())
+		return err
+	})
+	if errors.Is(err, tollgate.ErrNotFound) {
+		return "", fmt.Errorf("session: %w", tollgate.ErrNotFound)
+	}
 	if err != nil {
-		return fmt.Errorf("sqlite: set session key: %w", err)
+		return "", fmt.Errorf("sqlite: set session key: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("session: %w", tollgate.ErrNotFound)
-	}
-	return nil
+	return previous, nil
 }
 
 // DeleteSession removes the session and returns it.

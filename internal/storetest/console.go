@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -93,7 +94,7 @@ func testConsoleInviteEndsSessions(t *testing.T, s BillingStore, c tollgate.Cons
 			t.Fatal(err)
 		}
 	}
-	if err := c.SetSessionKey(ctx(t), withKey, play.ID); err != nil {
+	if _, err := c.SetSessionKey(ctx(t), withKey, play.ID); err != nil {
 		t.Fatal(err)
 	}
 	v0, err := ks.AuthVersion(ctx(t))
@@ -154,7 +155,46 @@ func testConsoleSessions(t *testing.T, s BillingStore, c tollgate.ConsoleStore) 
 	if err != nil || got.AccountID != a.ID || !got.Created.Equal(later.Truncate(time.Microsecond)) || got.PlaygroundKey != "" {
 		t.Fatalf("session = %+v, %v", got, err)
 	}
-	if err := c.SetSessionKey(ctx(t), cur, k.ID); err != nil {
+	if prev, err := c.SetSessionKey(ctx(t), cur, "key_first"); err != nil || prev != "" {
+		t.Fatalf("first set key = %q, %v; want no previous key", prev, err)
+	}
+	if prev, err := c.SetSessionKey(ctx(t), cur, k.ID); err != nil || prev != "key_first" {
+		t.Fatalf("second set key = %q, %v; want the first key back", prev, err)
+	}
+	// Setters at once: each gets back a different previous key, so that
+	// every key but the last is revoked by exactly one of them.
+	const setters = 8
+	prevs := make(chan string, setters)
+	var wg sync.WaitGroup
+	for i := range setters {
+		wg.Go(func() {
+			prev, err := c.SetSessionKey(ctx(t), cur, fmt.Sprintf("key_%d", i))
+			if err != nil {
+				t.Error(err)
+			}
+			prevs <- prev
+		})
+	}
+	wg.Wait()
+	close(prevs)
+	final, err := c.Session(ctx(t), cur, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for p := range prevs {
+		seen[p]++
+	}
+	want := map[string]int{k.ID: 1}
+	for i := range setters {
+		if key := fmt.Sprintf("key_%d", i); key != final.PlaygroundKey {
+			want[key] = 1
+		}
+	}
+	if !maps.Equal(seen, want) {
+		t.Errorf("previous keys of concurrent setters %v, want each replaced key once %v (final %s)", seen, want, final.PlaygroundKey)
+	}
+	if _, err := c.SetSessionKey(ctx(t), cur, k.ID); err != nil {
 		t.Fatal(err)
 	}
 	got, err = c.DeleteSession(ctx(t), cur)
@@ -164,7 +204,7 @@ func testConsoleSessions(t *testing.T, s BillingStore, c tollgate.ConsoleStore) 
 	if _, err := c.Session(ctx(t), cur, later); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Errorf("session after delete: %v", err)
 	}
-	if err := c.SetSessionKey(ctx(t), cur, k.ID); !errors.Is(err, tollgate.ErrNotFound) {
+	if _, err := c.SetSessionKey(ctx(t), cur, k.ID); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Errorf("set key of a deleted session: %v", err)
 	}
 }
