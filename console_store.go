@@ -136,9 +136,10 @@ type ConsoleStore interface {
 	RecentCharges(ctx context.Context, f UsageFilter, offset, limit int) ([]LedgerEntry, error)
 	// SavedDays returns the account's saved days in [since, until), oldest
 	// first, each read whole (its mark and its sums as one save wrote them).
+	// since and until are UTC midnights (whole days), as are the days.
 	SavedDays(ctx context.Context, accountID string, since, until time.Time) ([]SavedDay, error)
 	// SaveDays replaces each of the given days (its mark and all its sums)
-	// and deletes the account's saved days before since, in one
+	// and deletes the account's saved days before since (a UTC midnight), in one
 	// transaction: concurrent savers of a day leave one of their saves, never
 	// a mix. ErrNotFound if the account does not exist.
 	SaveDays(ctx context.Context, accountID string, since time.Time, days []SavedDay) error

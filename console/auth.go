@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -53,32 +54,33 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
 		return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded,
 			"too many failed sign-ins; try again after %s UTC", until.UTC().Format("15:04")))
 	}
-	ok := false
+	forgive := func() {
+		for _, l := range lims {
+			l.a.forgive(l.key)
+		}
+	}
+	ok, checked := false, ""
 	if acctID != "" && len(password) <= MaxPasswordLen {
 		encoded, err := c.st.PasswordHash(r.Context(), acctID)
 		switch {
 		case errors.Is(err, tollgate.ErrNotFound):
 			encoded = c.dummyHash // the same time as a wrong password
 		case err != nil:
+			forgive() // not a guess that was checked
 			return err
 		}
-		if err := c.hashing.acquire(r.Context()); err != nil {
-			return err
-		}
-		ok, err = VerifyPassword(password, encoded)
-		c.hashing.release()
-		if err != nil {
+		if ok, err = c.verify(r.Context(), password, encoded); err != nil {
+			forgive()
 			return err
 		}
 		ok = ok && encoded != c.dummyHash
+		checked = encoded
 	}
 	if !ok {
 		c.o.Log.Info("console sign-in failed", "account", acctID, "client", addr)
 		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "the account id or the password is wrong"))
 	}
-	for _, l := range lims {
-		l.a.forgive(l.key)
-	}
+	forgive()
 	acct, err := c.st.Account(r.Context(), acctID)
 	if err != nil {
 		return err
@@ -92,6 +94,18 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
 	if err := c.st.CreateSession(r.Context(), tollgate.HashKey(token),
 		tollgate.ConsoleSession{AccountID: acctID, Created: now, Expires: now.Add(c.o.SessionTTL)}); err != nil {
 		return err
+	}
+	// A new password set while this one was checked ended the account's
+	// sessions before this one existed: the old password must not outlive
+	// the reset through it.
+	if current, err := c.st.PasswordHash(r.Context(), acctID); err != nil || current != checked {
+		if _, derr := c.st.DeleteSession(r.Context(), tollgate.HashKey(token)); derr != nil && !errors.Is(derr, tollgate.ErrNotFound) {
+			return derr
+		}
+		if err != nil {
+			return err
+		}
+		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "the password was changed just now; sign in with the new one"))
 	}
 	c.o.Log.Info("console sign-in", "account", acctID, "client", addr)
 	// Sum the overview's past days now, so that the page the browser is
@@ -169,11 +183,7 @@ func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
 		return again(http.StatusTooManyRequests, tollgate.Errorf(tollgate.CodeRateLimitExceeded,
 			"too many invitations tried from here; try again after %s UTC", until.UTC().Format("15:04")))
 	}
-	if err := c.hashing.acquire(r.Context()); err != nil {
-		return err
-	}
-	encoded, err := HashPassword(password, c.o.Password)
-	c.hashing.release()
+	encoded, err := c.hash(r.Context(), password)
 	if err != nil {
 		return err
 	}
@@ -188,4 +198,22 @@ func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
 	c.o.Log.Info("console password set", "account", acct)
 	http.Redirect(w, r, "/console/signin?welcome=1&account="+acct, http.StatusSeeOther)
 	return nil
+}
+
+// verify checks password against encoded in one of the hashing slots.
+func (c *Console) verify(ctx context.Context, password, encoded string) (bool, error) {
+	if err := c.hashing.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer c.hashing.release()
+	return VerifyPassword(password, encoded)
+}
+
+// hash hashes a new password in one of the hashing slots.
+func (c *Console) hash(ctx context.Context, password string) (string, error) {
+	if err := c.hashing.acquire(ctx); err != nil {
+		return "", err
+	}
+	defer c.hashing.release()
+	return HashPassword(password, c.o.Password)
 }

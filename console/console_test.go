@@ -1148,3 +1148,62 @@ func TestLargeFormRefused(t *testing.T) {
 		t.Errorf("a key was created from an oversized form")
 	}
 }
+
+func TestAddressKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"203.0.113.7":           "203.0.113.7",
+		"203.0.113.7:5678":      "203.0.113.7",
+		"::ffff:203.0.113.7":    "203.0.113.7",
+		"2001:db8:1:2::1":       "2001:db8:1:2::/64",
+		"[2001:db8:1:2::9]:443": "2001:db8:1:2::/64",
+		"not an address":        "not an address",
+	} {
+		if got := addressKey(in); got != want {
+			t.Errorf("addressKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// resetDuringSignin is a store in which the account's password is replaced
+// through an invitation right after a sign-in read the old one.
+type resetDuringSignin struct {
+	testStore
+	once  sync.Once
+	reset func()
+}
+
+func (s *resetDuringSignin) PasswordHash(ctx context.Context, id string) (string, error) {
+	h, err := s.testStore.PasswordHash(ctx, id)
+	s.once.Do(s.reset)
+	return h, err
+}
+
+// A sign-in with the old password that races a reset gets no session.
+func TestSignInRacingAPasswordReset(t *testing.T) {
+	base := newEnv(t, Options{})
+	base.browser(t).setPassword(base.acct.ID, password)
+	st := &resetDuringSignin{testStore: base.st}
+	st.reset = func() {
+		token, _, err := tollgate.IssueInvite(context.Background(), base.st, base.acct.ID, base.clock.now())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		h, _ := HashPassword("the new password!", cheap)
+		if _, err := base.st.AcceptInvite(context.Background(), tollgate.HashKey(token), h, base.clock.now()); err != nil {
+			t.Error(err)
+		}
+	}
+	e := newEnvStore(t, Options{}, st)
+	e.acct, e.clock = base.acct, base.clock
+	b := e.browser(t)
+	if r := b.signin(base.acct.ID, password); r.status != http.StatusUnauthorized || !strings.Contains(r.body, "changed just now") {
+		t.Fatalf("sign-in with the old password during a reset: %d %s", r.status, r.code())
+	}
+	if r := b.get("/console/"); r.status != http.StatusSeeOther {
+		t.Errorf("the old password's sign-in left a session: %d", r.status)
+	}
+	if r := b.signin(base.acct.ID, "the new password!"); r.status != http.StatusSeeOther {
+		t.Errorf("the new password: %d %s", r.status, r.code())
+	}
+}

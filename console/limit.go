@@ -114,7 +114,13 @@ func tryAll(now time.Time, ls ...limited) (bool, time.Time) {
 func addressKey(addr string) string {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
-		return addr
+		// A proxy may append the client's port ("1.2.3.4:5678",
+		// "[2001:db8::1]:443"): the port must not make a new client.
+		ap, perr := netip.ParseAddrPort(addr)
+		if perr != nil {
+			return addr
+		}
+		ip = ap.Addr()
 	}
 	ip = ip.Unmap()
 	if ip.Is6() {

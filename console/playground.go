@@ -67,6 +67,11 @@ func (c *Console) playgroundKey(w http.ResponseWriter, r *http.Request) error {
 	h := tollgate.HashKey(req.token)
 	old, err := c.st.SetSessionKey(r.Context(), h, k.ID)
 	if err != nil {
+		// The session ended meanwhile (signed out, a new password): the
+		// key it would have held must not stay live.
+		if rerr := c.st.RevokeKey(r.Context(), k.ID, now); rerr != nil {
+			c.o.Log.Warn("console: revoke a playground key whose session ended", "key", k.ID, "err", rerr)
+		}
 		return err
 	}
 	if old != "" {

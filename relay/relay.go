@@ -352,7 +352,7 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		_, ss = x.r.span(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(x.spanCtx)), "settle", trace.SpanKindInternal)
 		defer endSpan(ss, nil)
 	}
-	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+	if u.PromptTokens == 0 && u.CompletionTokens == 0 && x.call.Searches == 0 {
 		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
 			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
 		}

@@ -97,9 +97,9 @@ func TestSearchStreamRecordsItsProgress(t *testing.T) {
 
 // Records are a second apart: with a clock that stands still but for the
 // search (a second), the stream records at the first content (the first
-// call's preface, no search yet) and once more at the first chunk after
-// the search (the first call's usage as the backend reported it, and the
-// search's fee), and not at the other chunks.
+// call's preface, no search yet) and once more as the search ends (the
+// first call's usage as the backend reported it, and the search's fee), and
+// not at the answer's chunks, which come less than a second after that.
 func TestSearchStreamProgressEverySecond(t *testing.T) {
 	clock := newTestClock(0)
 	fs := &fakeSearcher{onSearch: func() { clock.advance(streamProgressEvery) }}

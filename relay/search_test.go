@@ -106,6 +106,9 @@ func (sm *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt := len(raw) / 4
 	completion := len(content)/4 + 3*len(calls) + 1
+	if strings.Contains(firstUser, "nousage") {
+		prompt, completion = 0, 0 // a server that reports no tokens
+	}
 	if sm.record {
 		sm.mu.Lock()
 		sm.usages = append(sm.usages, [2]int{prompt, completion})
@@ -401,5 +404,28 @@ func TestSearchOffRefused(t *testing.T) {
 	var te *tollgate.Error
 	if !errors.As(err, &te) || te.Code != tollgate.CodeCapabilityNotSupported || te.Param != "web_search_options" {
 		t.Fatalf("error %v, want capability_not_supported on web_search_options", err)
+	}
+}
+
+// A backend that reports no tokens still leaves the searches that ran to
+// pay for: the request is charged their fee, not released.
+func TestSearchFeesChargedWithoutTokens(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
+			r, _, fb := searchRelay(t, &fakeSearcher{})
+			body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"nousage news"}],"web_search_options":{}}`, stream)
+			if _, err := serveSearchRequest(t, r, body); err != nil {
+				t.Fatal(err)
+			}
+			fb.mu.Lock()
+			defer fb.mu.Unlock()
+			if len(fb.charges) != 1 || fb.release != 0 {
+				t.Fatalf("charges %d, releases %d; want the search charged", len(fb.charges), fb.release)
+			}
+			c := fb.charges[0]
+			if c.Searches != 1 || c.PromptTokens != 0 || c.CompletionTokens != 0 || c.Cost != wantCost(t, c) || c.Cost <= 0 {
+				t.Fatalf("charge %+v, want one search's fee and no tokens", c)
+			}
+		})
 	}
 }

@@ -63,8 +63,8 @@ func (r *Relay) NodeHealth(n *Node) NodeHealth {
 	now := r.now()
 	h := NodeHealth{Up: n.Healthy(), RequestsInARow: n.health.outlier.consecutive.Load(), ProbesInARow: n.Failures(),
 		Window: r.opts.Health.Window}
-	if n.Ejected(now) {
-		h.EjectedUntil = time.Unix(0, n.health.outlier.ejectedUntil.Load())
+	if u := n.health.outlier.ejectedUntil.Load(); u != 0 && now.UnixNano() < u {
+		h.EjectedUntil = time.Unix(0, u)
 	}
 	h.Recent, h.RecentFailed = n.windowCounts(&r.opts.Health, now)
 	return h
