@@ -186,6 +186,48 @@ type AccountAudit struct {
 	Uncollected  Amount `json:"uncollected"`
 }
 
+// AuditSource is where an audit of the books ran from.
+type AuditSource string
+
+const (
+	AuditFromCLI      AuditSource = "cli"       // tollgate audit
+	AuditFromAdminAPI AuditSource = "admin_api" // GET /admin/v1/audit
+	AuditFromConsole  AuditSource = "console"   // the operator console's "Run the audit"
+)
+
+// AuditProblemsKept is how many of a run's problems the store keeps (the
+// first ones); ProblemCount counts them all. AuditRunsKept is how many runs
+// it keeps: recording one deletes those beyond the newest AuditRunsKept.
+const (
+	AuditProblemsKept = 50
+	AuditRunsKept     = 100
+)
+
+// AuditRun is the record of one audit of the books (billing.RunAudit),
+// kept so that the last result survives restarts and is the same on every
+// instance, wherever the audit ran.
+type AuditRun struct {
+	Time         time.Time // when it ran, to the microsecond
+	Source       AuditSource
+	OK           bool
+	Accounts     int64
+	Keys         int64
+	Balance      Amount        // sum of all balances
+	Held         Amount        // sum of all held amounts
+	Problems     []string      // the first AuditProblemsKept
+	ProblemCount int64         // all of them
+	Took         time.Duration // to the microsecond
+}
+
+// KeptProblems returns the problems a store keeps: the first
+// AuditProblemsKept.
+func (r AuditRun) KeptProblems() []string {
+	if len(r.Problems) > AuditProblemsKept {
+		return r.Problems[:AuditProblemsKept]
+	}
+	return r.Problems
+}
+
 // KeyAudit is what the ledger and the holds say about one key.
 type KeyAudit struct {
 	KeyID    string `json:"key_id"`

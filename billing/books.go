@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,13 @@ type BooksStore interface {
 	Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollgate.LedgerEntry) error) error
 	// Audit returns stored totals beside the ledger's and the holds' sums.
 	Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.AccountAudit, []tollgate.KeyAudit, error)
+	// RecordAudit keeps an audit's run (its first tollgate.AuditProblemsKept
+	// problems) and deletes the runs beyond the newest
+	// tollgate.AuditRunsKept, in one transaction.
+	RecordAudit(ctx context.Context, run tollgate.AuditRun) error
+	// LastAudit returns the newest run recorded (by its time);
+	// tollgate.ErrNotFound when none was.
+	LastAudit(ctx context.Context) (tollgate.AuditRun, error)
 }
 
 // Post records an operator's credit (kind credit) or debit (kind debit) of
@@ -196,5 +204,32 @@ func Audit(ctx context.Context, st BooksStore, now time.Time, grace time.Duratio
 		}
 	}
 	r.OK = len(r.Problems) == 0
+	return r, nil
+}
+
+// ErrAuditNotRecorded wraps the error of an audit that ran but whose run
+// could not be recorded: RunAudit's report is complete all the same.
+var ErrAuditNotRecorded = errors.New("the audit ran but its result was not recorded")
+
+// RunAudit runs Audit, times it and records the run as from source, so that
+// the last audit of the books is known wherever it ran and survives
+// restarts. If the audit itself fails, its error is returned. If only the
+// record fails, the report is returned complete with an error wrapping
+// ErrAuditNotRecorded, which callers report beside the result
+// (docs/decisions.md).
+func RunAudit(ctx context.Context, st BooksStore, now time.Time, grace time.Duration, source tollgate.AuditSource) (AuditReport, error) {
+	now = now.UTC().Truncate(time.Microsecond)
+	start := time.Now()
+	r, err := Audit(ctx, st, now, grace)
+	if err != nil {
+		return r, err
+	}
+	run := tollgate.AuditRun{Time: now, Source: source, OK: r.OK, Accounts: int64(r.Accounts), Keys: int64(r.Keys),
+		Balance: r.Balance, Held: r.Held, Problems: r.Problems, ProblemCount: int64(len(r.Problems)),
+		Took: time.Since(start).Truncate(time.Microsecond)}
+	run.Problems = run.KeptProblems()
+	if err := st.RecordAudit(ctx, run); err != nil {
+		return r, fmt.Errorf("%w: %w", ErrAuditNotRecorded, err)
+	}
 	return r, nil
 }

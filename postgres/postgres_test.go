@@ -109,3 +109,10 @@ func TestPreviousVersionSettlesAfterSearchFees(t *testing.T) {
 		t.Fatalf("a reservation charge of the previous version: %+v, %v", e.Charge, err)
 	}
 }
+
+func TestAuditRunsBounded(t *testing.T) {
+	db := postgres.OpenTest(t)
+	storetest.AuditRunsBounded(t, db, func() (n int, err error) {
+		return n, db.Pool().QueryRow(t.Context(), `SELECT count(*) FROM audit_runs`).Scan(&n)
+	})
+}

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -161,4 +162,17 @@ func TestOpenRejectsBadPath(t *testing.T) {
 			t.Errorf("Open(%q): got nil error", p)
 		}
 	}
+}
+
+func TestAuditRunsBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tollgate.db")
+	db := mustOpen(t, path)
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	storetest.AuditRunsBounded(t, db, func() (n int, err error) {
+		return n, raw.QueryRowContext(t.Context(), `SELECT count(*) FROM audit_runs`).Scan(&n)
+	})
 }

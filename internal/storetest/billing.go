@@ -41,6 +41,7 @@ func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"Reservation", testBillingReservation},
 		{"LedgerFilters", testBillingLedgerFilters},
 		{"SearchFees", testBillingSearchFees},
+		{"AuditRuns", testAuditRuns},
 	}
 	for _, tc := range tests {
 		t.Run("Billing"+tc.name, func(t *testing.T) {
