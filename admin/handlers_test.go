@@ -3,15 +3,19 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/sqlite"
 )
 
@@ -156,5 +160,48 @@ func TestAdminConflict(t *testing.T) {
 	status, e, body := call(t, srv, testToken, "POST", "/admin/v1/accounts", `{"name":"a"}`)
 	if status != 409 || e.Error.Code != "conflict" || !strings.Contains(e.Error.Message, "already exists") || strings.Contains(string(body), "UNIQUE") {
 		t.Errorf("duplicate account: %d %s", status, body)
+	}
+}
+
+// The audit records its run (source admin_api) with what it reported, and
+// its response is the report alone.
+func TestAdminAuditRecordsTheRun(t *testing.T) {
+	srv, db := newTestAPI(t, nil)
+	ctx := t.Context()
+	if err := db.CreateAccount(ctx, tollgate.Account{ID: "acct_a", Name: "a", Created: time.Now(), Balance: tollgate.MustParseAmount("7.000000000003")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LastAudit(ctx); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Fatalf("LastAudit before any audit: %v", err)
+	}
+	status, _, body := call(t, srv, testToken, "GET", "/admin/v1/audit", "")
+	var fields map[string]json.RawMessage
+	var rep billing.AuditReport
+	if status != 200 || json.Unmarshal(body, &fields) != nil || json.Unmarshal(body, &rep) != nil || !rep.OK {
+		t.Fatalf("audit: %d %s", status, body)
+	}
+	if got := slices.Sorted(maps.Keys(fields)); !slices.Equal(got, []string{"accounts", "balance", "held", "keys", "ok", "problems", "time"}) {
+		t.Errorf("audit response fields %v", got)
+	}
+	run, err := db.LastAudit(ctx)
+	if err != nil || run.Source != tollgate.AuditFromAdminAPI || !run.OK || run.Accounts != 1 || run.Keys != 0 ||
+		run.Balance != rep.Balance || rep.Balance != tollgate.MustParseAmount("7.000000000003") || !run.Time.Equal(rep.Time) ||
+		run.ProblemCount != 0 || run.Problems != nil || run.Took <= 0 {
+		t.Errorf("recorded run %+v, %v; the report was %+v", run, err, rep)
+	}
+}
+
+// failingRecord is a store that cannot record audits.
+type failingRecord struct{ *sqlite.DB }
+
+func (failingRecord) RecordAudit(context.Context, tollgate.AuditRun) error { return errors.New("disk full") }
+
+// A run that cannot be recorded still answers with the report.
+func TestAdminAuditUnrecordedStillReports(t *testing.T) {
+	srv, _ := newTestAPI(t, func(db *sqlite.DB) Store { return failingRecord{db} })
+	status, _, body := call(t, srv, testToken, "GET", "/admin/v1/audit", "")
+	var rep billing.AuditReport
+	if status != 200 || json.Unmarshal(body, &rep) != nil || !rep.OK || rep.Time.IsZero() {
+		t.Errorf("audit whose record failed: %d %s", status, body)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func TestOperatorCLI(t *testing.T) {
 	if out, err := cli(t, "audit", "--config", cfgPath); err != nil || !strings.HasPrefix(strings.Split(out, "\n")[1], "ok") {
 		t.Fatalf("audit of clean books: %q, %v", out, err)
 	}
+	if run, err := h.books().LastAudit(context.Background()); err != nil || run.Source != tollgate.AuditFromCLI || !run.OK || run.Accounts < 1 {
+		t.Errorf("the CLI's audit recorded %+v, %v", run, err)
+	}
 	// A hold nobody renews or releases: the audit must fail once its lease is past the grace.
 	orphan := &tollgate.BillingOp{Kind: tollgate.OpHold, Hold: tollgate.Hold{ID: "hold_orphan", RequestID: "req_orphan",
 		AccountID: acct, KeyID: h.keyRec.ID, Model: "bill-flat", Class: tollgate.ClassNetwork, Amount: 1, Owner: "inst_dead",
@@ -105,6 +109,10 @@ func TestOperatorCLI(t *testing.T) {
 	if !errors.Is(err, errAuditFailed) || json.Unmarshal([]byte(out), &rep) != nil || rep.OK || len(rep.Problems) != 1 ||
 		!strings.Contains(rep.Problems[0], "orphaned") {
 		t.Errorf("audit with an orphaned hold: %v %s", err, out)
+	}
+	if run, err := h.books().LastAudit(context.Background()); err != nil || run.Source != tollgate.AuditFromCLI || run.OK ||
+		!run.Time.Equal(rep.Time) || run.ProblemCount != 1 || !slices.Equal(run.Problems, rep.Problems) || run.Balance != rep.Balance {
+		t.Errorf("the CLI's failed audit recorded %+v, %v; it reported %+v", run, err, rep)
 	}
 }
 
@@ -173,6 +181,9 @@ func TestAdminAPI(t *testing.T) {
 	var rep billing.AuditReport
 	if status, body := call("GET", "/admin/v1/audit", tok, ""); status != 200 || json.Unmarshal(body, &rep) != nil || !rep.OK {
 		t.Errorf("audit: %d %s", status, body)
+	}
+	if run, err := h.books().LastAudit(context.Background()); err != nil || run.Source != tollgate.AuditFromAdminAPI || !run.Time.Equal(rep.Time) {
+		t.Errorf("the admin API's audit recorded %+v, %v; it reported %+v", run, err, rep)
 	}
 	// Health stays open without a token.
 	if status, _ := call("GET", "/healthz", "", ""); status != 200 {
