@@ -194,7 +194,9 @@ func TestAdminAuditRecordsTheRun(t *testing.T) {
 // failingRecord is a store that cannot record audits.
 type failingRecord struct{ *sqlite.DB }
 
-func (failingRecord) RecordAudit(context.Context, tollgate.AuditRun) error { return errors.New("disk full") }
+func (failingRecord) RecordAudit(context.Context, tollgate.AuditRun) error {
+	return errors.New("disk full")
+}
 
 // A run that cannot be recorded still answers with the report.
 func TestAdminAuditUnrecordedStillReports(t *testing.T) {
