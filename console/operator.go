@@ -69,15 +69,34 @@ type Operator struct {
 	mux   *http.ServeMux
 	c     *Console // cookies, client address and rendering
 
-	mu        sync.Mutex
-	sessions  map[tollgate.KeyHash]time.Time // expiry
-	lastAudit *auditRun
-	failures  *attempts
+	mu       sync.Mutex
+	sessions map[tollgate.KeyHash]time.Time // expiry
+	failures *attempts
 }
 
+// auditRun is the service page's audit line: the last run recorded in the
+// store, wherever it ran.
 type auditRun struct {
-	Report billing.AuditReport
-	Took   time.Duration
+	tollgate.AuditRun
+	From string // "the CLI", …
+	Took string // rounded
+	More int64  // problems not kept with the run
+}
+
+// auditSources name where a run came from, for the audit line.
+var auditSources = map[tollgate.AuditSource]string{
+	tollgate.AuditFromCLI:      "the CLI",
+	tollgate.AuditFromAdminAPI: "the admin API",
+	tollgate.AuditFromConsole:  "the operator console",
+}
+
+func newAuditRun(run tollgate.AuditRun) *auditRun {
+	a := &auditRun{AuditRun: run, From: cmp.Or(auditSources[run.Source], string(run.Source)), More: run.ProblemCount - int64(len(run.Problems))}
+	a.Took = run.Took.String()
+	if run.Took >= time.Millisecond {
+		a.Took = run.Took.Round(time.Millisecond).String()
+	}
+	return a
 }
 
 // NewOperator builds the operator's console.
@@ -424,7 +443,17 @@ type opServiceData struct {
 }
 
 func (op *Operator) service(w http.ResponseWriter, r *http.Request) error {
-	var d opServiceData
+	v := op.view(r, "Service", "service")
+	if r.URL.Query().Get("done") == "audit" {
+		v.Notice = doneNotices["audit"]
+	}
+	return op.renderService(w, r, v, nil)
+}
+
+// renderService shows the service page with the audit line of run, or of
+// the last run recorded when run is nil.
+func (op *Operator) renderService(w http.ResponseWriter, r *http.Request, v *view, run *auditRun) error {
+	d := opServiceData{Audit: run}
 	if op.o.Catalog != nil {
 		for _, m := range op.o.Catalog().Models {
 			for _, b := range m.Backends {
@@ -455,27 +484,34 @@ func (op *Operator) service(w http.ResponseWriter, r *http.Request) error {
 	if d.Total > 0 {
 		d.Share = itoa(d.Network*100/d.Total) + "% (" + groupDigits(d.Network) + " of " + groupDigits(d.Total) + " requests)"
 	}
-	op.mu.Lock()
-	d.Audit = op.lastAudit
-	op.mu.Unlock()
-	v := op.view(r, "Service", "service")
-	v.Data = d
-	if r.URL.Query().Get("done") == "audit" {
-		v.Notice = doneNotices["audit"]
+	if d.Audit == nil {
+		last, err := op.st.LastAudit(r.Context())
+		if err == nil {
+			d.Audit = newAuditRun(last)
+		} else if !errors.Is(err, tollgate.ErrNotFound) {
+			return err
+		}
 	}
+	v.Data = d
 	return op.render(w, http.StatusOK, "op_service", v)
 }
 
 func (op *Operator) runAudit(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	rep, err := billing.Audit(r.Context(), op.st, op.o.Now(), op.o.AuditGrace)
+	rep, err := billing.RunAudit(r.Context(), op.st, op.o.Now(), op.o.AuditGrace, tollgate.AuditFromConsole)
+	if errors.Is(err, billing.ErrAuditNotRecorded) {
+		// The page would show an older run: this one is shown now instead,
+		// once, and the failure is logged.
+		op.o.Log.Warn("audit run from the operator console", "ok", rep.OK, "problems", len(rep.Problems), "err", err)
+		run := tollgate.AuditRun{Time: rep.Time, Source: tollgate.AuditFromConsole, OK: rep.OK, Accounts: int64(rep.Accounts), Keys: int64(rep.Keys),
+			Balance: rep.Balance, Held: rep.Held, Problems: rep.Problems, ProblemCount: int64(len(rep.Problems)), Took: time.Since(start)}
+		v := op.view(r, "Service", "service")
+		v.Notice = "Audit run, but its result could not be saved (see the log): it is shown here, and only here."
+		return op.renderService(w, r, v, newAuditRun(run))
+	}
 	if err != nil {
 		return err
 	}
-	rep.Details = nil
-	op.mu.Lock()
-	op.lastAudit = &auditRun{Report: rep, Took: time.Since(start).Round(time.Millisecond)}
-	op.mu.Unlock()
 	op.o.Log.Info("audit run from the operator console", "ok", rep.OK, "problems", len(rep.Problems))
 	http.Redirect(w, r, "/console/service?done=audit", http.StatusSeeOther)
 	return nil

@@ -1,6 +1,9 @@
 package console
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/relay"
 )
@@ -183,7 +187,7 @@ func TestOperatorService(t *testing.T) {
 	b.operatorSignin(adminToken)
 	p := b.get("/console/service")
 	if p.status != 200 || strings.Count(p.body, `status-active">up`) != 1 || !strings.Contains(p.body, "75% (3 of 4 requests)") ||
-		!strings.Contains(p.body, "Not run from this console") || !strings.Contains(p.body, `href="http://api.example/pricing"`) {
+		!strings.Contains(p.body, `id="audit-result">Never run`) || !strings.Contains(p.body, `href="http://api.example/pricing"`) {
 		t.Fatalf("service: %d\n%s", p.status, p.body)
 	}
 	for _, want := range []string{
@@ -200,8 +204,64 @@ func TestOperatorService(t *testing.T) {
 	}
 	after := b.get("/console/service?done=audit")
 	rep, _ := billing.Audit(t.Context(), e.st, e.clock.now(), 0)
-	if !rep.OK || !regexp.MustCompile(`id="audit-result" class="status-active">OK at [^:]+:\d\d UTC: 1 accounts`).MatchString(after.body) {
+	line := regexp.MustCompile(`id="audit-result" class="status-active">OK at [^:]+:\d\d UTC from the operator console: 1 accounts, 1 keys, balances 9\.\d+ USD, held 0(\.0+)? USD; took \d[^ ]*s\.`)
+	if !rep.OK || !line.MatchString(after.body) {
 		t.Errorf("audit result not shown:\n%s", after.body)
+	}
+	if run, err := e.st.LastAudit(t.Context()); err != nil || run.Source != tollgate.AuditFromConsole || !run.Time.Equal(e.clock.now()) || run.Balance != rep.Balance {
+		t.Errorf("the console's audit recorded %+v, %v", run, err)
+	}
+	// Another instance, or this one restarted, shows the same run.
+	other := newOperator(t, e, adminToken)
+	other.operatorSignin(adminToken)
+	if p := other.get("/console/service"); !line.MatchString(p.body) {
+		t.Errorf("a new operator console does not show the audit:\n%s", p.body)
+	}
+}
+
+// The service page shows the last audit recorded in the store, wherever it
+// ran: a freshly built console (a restarted instance) shows a failed run
+// from the CLI with its kept problems and how many more there were, then a
+// run through the admin API.
+func TestOperatorServiceShowsTheLastAuditFromAnywhere(t *testing.T) {
+	e := newEnv(t, Options{})
+	problems := make([]string, tollgate.AuditProblemsKept+7)
+	for i := range problems {
+		problems[i] = fmt.Sprintf("account acct_%02d: balance <1> is below zero", i)
+	}
+	at := e.clock.now().Add(-time.Hour)
+	cli := tollgate.AuditRun{Time: at, Source: tollgate.AuditFromCLI, Accounts: 57, Keys: 3, Balance: tollgate.MustParseAmount("12.5"),
+		Held: tollgate.MustParseAmount("0.25"), Problems: problems[:tollgate.AuditProblemsKept], ProblemCount: int64(len(problems)), Took: 1234567 * time.Microsecond}
+	if err := e.st.RecordAudit(t.Context(), cli); err != nil {
+		t.Fatal(err)
+	}
+	b := newOperator(t, e, adminToken)
+	b.operatorSignin(adminToken)
+	p := b.get("/console/service")
+	want := `id="audit-result" class="status-revoked">57 problems at ` + at.Format("2006-01-02 15:04") + ` UTC from the CLI: 57 accounts, 3 keys, balances 12.50 USD, held 0.25 USD; took 1.235s.`
+	if !strings.Contains(p.body, want) || strings.Count(p.body, "is below zero</li>") != tollgate.AuditProblemsKept ||
+		!strings.Contains(p.body, "balance &lt;1&gt;") || !strings.Contains(p.body, "<li>and 7 more") || strings.Contains(p.body, "acct_50") {
+		t.Fatalf("service page after a CLI audit, want %q:\n%s", want, p.body)
+	}
+
+	api := httptest.NewServer(admin.New(e.st, admin.Options{Token: adminToken, Now: e.clock.now}))
+	defer api.Close()
+	req, _ := http.NewRequest("GET", api.URL+"/admin/v1/audit", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := api.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("admin audit: %d", resp.StatusCode)
+	}
+	b = newOperator(t, e, adminToken)
+	b.operatorSignin(adminToken)
+	p = b.get("/console/service")
+	if !regexp.MustCompile(`class="status-active">OK at `+e.clock.now().Format("2006-01-02 15:04")+` UTC from the admin API: 1 accounts`).MatchString(p.body) ||
+		strings.Contains(p.body, "<li>") && strings.Contains(p.body, "below zero") {
+		t.Errorf("service page after an admin API audit:\n%s", p.body)
 	}
 }
 
@@ -268,5 +328,29 @@ func TestOperatorCSRFExpiryAndLimit(t *testing.T) {
 	e.clock.add(failureWindow)
 	if r := b.operatorSignin(adminToken); r.status != http.StatusSeeOther {
 		t.Errorf("after the window: %d %s", r.status, r.code())
+	}
+}
+
+// unrecordedAudits is a store that cannot record audits.
+type unrecordedAudits struct{ testStore }
+
+func (unrecordedAudits) RecordAudit(context.Context, tollgate.AuditRun) error {
+	return errors.New("disk full")
+}
+
+// An audit run from the console that cannot be recorded is shown at once,
+// with a notice, instead of the older run the store has.
+func TestOperatorAuditUnrecorded(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := newOperator(t, &env{st: unrecordedAudits{e.st}, con: e.con, clock: e.clock}, adminToken)
+	b.operatorSignin(adminToken)
+	p := b.get("/console/service")
+	r := b.post("/console/service/audit", url.Values{"csrf": {p.csrf(t)}})
+	if r.status != http.StatusOK || !strings.Contains(r.body, "could not be saved") ||
+		!strings.Contains(r.body, `class="status-active">OK at `+e.clock.now().Format("2006-01-02 15:04")+` UTC from the operator console: 1 accounts`) {
+		t.Errorf("audit whose record failed: %d\n%s", r.status, r.body)
+	}
+	if _, err := e.st.LastAudit(t.Context()); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("LastAudit: %v, want ErrNotFound", err)
 	}
 }
