@@ -52,7 +52,9 @@ Checks every account: balance = opening + credits - debits - charges (the sum
 of its ledger), what is held = the sum of its holds and no more than the
 balance, the balance not below zero, and no hold whose lease ended more than
 --grace ago (orphaned: nothing released it). Checks every key's spent and held
-totals against the ledger and the holds. Exits 1 if anything is wrong.`, c.stderr)
+totals against the ledger and the holds. Exits 1 if anything is wrong. The
+run is recorded in the store, where the operator console's service page shows
+the last one.`, c.stderr)
 	c.registerConfigFlag(fs)
 	fs.Var(&c.grace, "grace", "how long past its lease a hold may live, a `DURATION` such as 10m (default: two sweeps and a renewal of the config)")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON")
