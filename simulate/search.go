@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -98,9 +97,8 @@ type Search struct {
 
 	requests, inFlight, cancelled, completed atomic.Int64
 
-	mu       sync.Mutex
 	changed  signal
-	recorded []Recorded
+	recorded recordLog
 }
 
 // NewSearch builds a simulated search provider. It panics on an unknown
@@ -115,7 +113,7 @@ func NewSearch(cfg SearchConfig) *Search {
 	if cfg.MaxRecorded == 0 {
 		cfg.MaxRecorded = 10000
 	}
-	s := &Search{cfg: cfg}
+	s := &Search{cfg: cfg, recorded: recordLog{max: cfg.MaxRecorded}}
 	f := cfg.Fault
 	s.fault.Store(&f)
 	return s
@@ -141,28 +139,15 @@ func (s *Search) Stats() SearchStats {
 }
 
 // Requests returns the requests received, oldest first.
-func (s *Search) Requests() []Recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Recorded(nil), s.recorded...)
-}
+func (s *Search) Requests() []Recorded { return s.recorded.all() }
 
 // LastRequest returns the latest request (its headers carry the X-Loc-*
 // location headers a Brave client sent).
-func (s *Search) LastRequest() (Recorded, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.recorded) == 0 {
-		return Recorded{}, false
-	}
-	return s.recorded[len(s.recorded)-1], true
-}
+func (s *Search) LastRequest() (Recorded, bool) { return s.recorded.last() }
 
 // Reset forgets recorded requests and zeroes the counters but InFlight.
 func (s *Search) Reset() {
-	s.mu.Lock()
-	s.recorded = nil
-	s.mu.Unlock()
+	s.recorded.reset()
 	s.requests.Store(0)
 	s.cancelled.Store(0)
 	s.completed.Store(0)
@@ -185,10 +170,7 @@ func (s *Search) record(r *http.Request) {
 	if s.cfg.MaxRecorded < 0 {
 		return
 	}
-	rec := Recorded{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone()}
-	s.mu.Lock()
-	s.recorded = appendBounded(s.recorded, rec, s.cfg.MaxRecorded)
-	s.mu.Unlock()
+	s.recorded.add(Recorded{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone()})
 }
 
 // ServeHTTP routes like the imitated provider.

@@ -44,10 +44,9 @@ type Server struct {
 
 	requests, inFlight, openStreams, cancelled, completed atomic.Int64
 
-	mu       sync.Mutex
-	changed  signal     // wakes WaitStats when a counter changes
-	recorded []Recorded // chat requests, oldest first
-	all      []Recorded // every request
+	changed  signal    // wakes WaitStats when a counter changes
+	recorded recordLog // chat requests
+	all      recordLog // every request
 
 	bufs sync.Pool
 	gpu  *gpu // nil: no GPU timing or prefix cache
@@ -74,7 +73,8 @@ func New(cfg Config) *Server {
 	if cfg.MaxRecorded == 0 {
 		cfg.MaxRecorded = 10000
 	}
-	s := &Server{cfg: cfg, flavour: cfg.Flavour, started: time.Now().Unix()}
+	s := &Server{cfg: cfg, flavour: cfg.Flavour, started: time.Now().Unix(),
+		recorded: recordLog{max: cfg.MaxRecorded}, all: recordLog{max: cfg.MaxRecorded}}
 	s.reasoningKey = cfg.ReasoningField
 	if s.reasoningKey == "" {
 		switch cfg.Flavour {
@@ -128,36 +128,20 @@ func (s *Server) Stats() Stats {
 }
 
 // Requests returns the chat-completion requests received, oldest first.
-func (s *Server) Requests() []Recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Recorded(nil), s.recorded...)
-}
+func (s *Server) Requests() []Recorded { return s.recorded.all() }
 
 // AllRequests returns every request received (health checks and model lists
 // included), oldest first.
-func (s *Server) AllRequests() []Recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Recorded(nil), s.all...)
-}
+func (s *Server) AllRequests() []Recorded { return s.all.all() }
 
 // LastRequest returns the latest chat-completion request.
-func (s *Server) LastRequest() (Recorded, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.recorded) == 0 {
-		return Recorded{}, false
-	}
-	return s.recorded[len(s.recorded)-1], true
-}
+func (s *Server) LastRequest() (Recorded, bool) { return s.recorded.last() }
 
 // Reset forgets recorded requests and zeroes the counters (requests in flight
 // still decrement InFlight and OpenStreams when they end).
 func (s *Server) Reset() {
-	s.mu.Lock()
-	s.recorded, s.all = nil, nil
-	s.mu.Unlock()
+	s.recorded.reset()
+	s.all.reset()
 	s.requests.Store(0)
 	s.cancelled.Store(0)
 	s.completed.Store(0)
@@ -184,20 +168,10 @@ func (s *Server) record(r *http.Request, body []byte, chat bool) {
 	if body != nil {
 		rec.Body = bytes.Clone(body)
 	}
-	s.mu.Lock()
 	if chat {
-		s.recorded = appendBounded(s.recorded, rec, s.cfg.MaxRecorded)
+		s.recorded.add(rec)
 	}
-	s.all = appendBounded(s.all, rec, s.cfg.MaxRecorded)
-	s.mu.Unlock()
-}
-
-func appendBounded(rs []Recorded, r Recorded, max int) []Recorded {
-	if len(rs) >= max {
-		n := copy(rs, rs[len(rs)-max+1:])
-		rs = rs[:n]
-	}
-	return append(rs, r)
+	s.all.add(rec)
 }
 
 // ServeHTTP routes like the imitated server.
