@@ -131,21 +131,14 @@ func (c *accountsShowCmd) Run(ctx context.Context, args []string) error {
 Shows one account and its keys (prefixes only; secrets are never stored).`, c.stderr)
 	c.registerConfigFlag(fs)
 	fs.BoolVar(&c.json, "json", false, "print {\"account\": ..., \"keys\": [...]} as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, "one ACCOUNT_ID"); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, id, err := c.openWithID(ctx, fs, args, "one ACCOUNT_ID")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	a, err := st.Account(ctx, pos[0])
+	a, err := st.Account(ctx, id)
 	if err != nil {
-		return notFound("account", pos[0], err)
+		return notFound("account", id, err)
 	}
 	keys, err := st.Keys(ctx, a.ID)
 	if err != nil {
@@ -200,22 +193,15 @@ func (c *accountsSetDisabledCmd) Run(ctx context.Context, args []string) error {
 	}
 	fs := newFlagSet("accounts "+verb, "accounts "+verb+" ACCOUNT_ID [--config FILE]\n\n"+help, c.stderr)
 	c.registerConfigFlag(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, "one ACCOUNT_ID"); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, id, err := c.openWithID(ctx, fs, args, "one ACCOUNT_ID")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := st.SetAccountDisabled(ctx, pos[0], c.disabled); err != nil {
-		return notFound("account", pos[0], err)
+	if err := st.SetAccountDisabled(ctx, id, c.disabled); err != nil {
+		return notFound("account", id, err)
 	}
-	fmt.Fprintf(c.stdout, "account %s %sd\n", pos[0], verb)
+	fmt.Fprintf(c.stdout, "account %s %sd\n", id, verb)
 	return nil
 }
 
@@ -233,14 +219,7 @@ account holder opens it, sets a console password (which replaces any earlier
 one) and signs in at /console/ with the account id. The link works once and
 expires after 72 hours.`, c.stderr)
 	c.registerConfigFlag(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, "one ACCOUNT_ID"); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, id, err := c.openWithID(ctx, fs, args, "one ACCOUNT_ID")
 	if err != nil {
 		return err
 	}
@@ -249,9 +228,9 @@ expires after 72 hours.`, c.stderr)
 	if !ok {
 		return fmt.Errorf("this store keeps no console invitations")
 	}
-	token, expires, err := tollgate.IssueInvite(ctx, cs, pos[0], time.Now())
+	token, expires, err := tollgate.IssueInvite(ctx, cs, id, time.Now())
 	if err != nil {
-		return notFound("account", pos[0], err)
+		return notFound("account", id, err)
 	}
 	fmt.Fprintf(c.stdout, "%s%s\n(one use, expires %s)\n", consoleBase(c.cfg.Listen.API), tollgate.InvitePath(token), expires.Format(time.RFC3339))
 	return nil

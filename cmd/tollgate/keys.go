@@ -233,21 +233,14 @@ func (c *keysRevokeCmd) Run(ctx context.Context, args []string) error {
 Revokes a key: every instance refuses it with 401 api_key_revoked within
 the auth poll interval (default 1s). Revoking twice keeps the first time.`, c.stderr)
 	c.registerConfigFlag(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, "one KEY_ID (see 'tollgate keys list')"); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, id, err := c.openWithID(ctx, fs, args, "one KEY_ID (see 'tollgate keys list')")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := st.RevokeKey(ctx, pos[0], time.Now().UTC()); err != nil {
-		return notFound("key", pos[0], err)
+	if err := st.RevokeKey(ctx, id, time.Now().UTC()); err != nil {
+		return notFound("key", id, err)
 	}
-	fmt.Fprintf(c.stdout, "key %s revoked\n", pos[0])
+	fmt.Fprintf(c.stdout, "key %s revoked\n", id)
 	return nil
 }

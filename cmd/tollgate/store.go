@@ -84,6 +84,23 @@ func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
 	return openStore(ctx, cfg.Store)
 }
 
+// openWithID parses args for one positional argument, an id (what names it
+// in the usage error), and opens the store.
+func (c *storeCommand) openWithID(ctx context.Context, fs *flag.FlagSet, args []string, what string) (tollgate.Store, string, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := wantArgs(fs, pos, 1, what); err != nil {
+		return nil, "", err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return st, pos[0], nil
+}
+
 // parseArgs parses flags that may come before, between or after the
 // positional arguments ("keys revoke key_1 --config x.yaml") and returns the
 // positional ones. A negative number is positional ("accounts credit ID
