@@ -199,19 +199,7 @@ func (sr *searchRequest) searchTool(providerLocates bool) []byte {
 	if loc == nil || providerLocates {
 		return search.ToolJSON()
 	}
-	var parts []string
-	for _, p := range []string{loc.City, loc.Region, loc.Country} {
-		if p != "" {
-			parts = append(parts, p)
-		}
-	}
-	where := strings.Join(parts, ", ")
-	if loc.Timezone != "" {
-		if where != "" {
-			where += " "
-		}
-		where += "(time zone " + loc.Timezone + ")"
-	}
+	where := loc.String()
 	if where == "" {
 		return search.ToolJSON()
 	}

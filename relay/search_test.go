@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -427,5 +428,21 @@ func TestSearchFeesChargedWithoutTokens(t *testing.T) {
 				t.Fatalf("charge %+v, want one search's fee and no tokens", c)
 			}
 		})
+	}
+}
+
+// The search function's description tells the model the user's location
+// when the provider cannot take it, and only then.
+func TestSearchToolCarriesTheLocation(t *testing.T) {
+	sr := &searchRequest{opts: search.Options{Location: &search.Location{Country: "DE", Region: "BE", City: "Berlin", Timezone: "Europe/Berlin"}}}
+	if got := string(sr.searchTool(false)); !strings.Contains(got, "The user's approximate location: Berlin, BE, DE (time zone Europe/Berlin);") {
+		t.Errorf("tool for a provider that cannot locate: %s", got)
+	}
+	if got := sr.searchTool(true); !bytes.Equal(got, search.ToolJSON()) {
+		t.Errorf("tool for a provider that locates: %s, want the plain tool", got)
+	}
+	sr.opts.Location = &search.Location{}
+	if got := sr.searchTool(false); !bytes.Equal(got, search.ToolJSON()) {
+		t.Errorf("tool for an empty location: %s, want the plain tool", got)
 	}
 }

@@ -75,10 +75,10 @@ func TestFigures(t *testing.T) {
 
 func TestLocationString(t *testing.T) {
 	l := &Location{Country: "DE", Region: "BE", City: "Berlin", Timezone: "Europe/Berlin"}
-	if got := l.String(); got != "Berlin, BE, DE (Europe/Berlin)" {
+	if got := l.String(); got != "Berlin, BE, DE (time zone Europe/Berlin)" {
 		t.Errorf("String() = %q", got)
 	}
-	if got := (&Location{Timezone: "UTC"}).String(); got != "(UTC)" {
+	if got := (&Location{Timezone: "UTC"}).String(); got != "(time zone UTC)" {
 		t.Errorf("String() = %q", got)
 	}
 }

@@ -52,8 +52,8 @@ func (l *Location) empty() bool {
 	return l == nil || (l.Country == "" && l.Region == "" && l.City == "" && l.Timezone == "")
 }
 
-// String renders the location for the model ("Berlin, BE, DE (Europe/Berlin)"),
-// for providers that cannot take it.
+// String renders the location for the model ("Berlin, BE, DE (time zone
+// Europe/Berlin)"), for providers that cannot take it.
 func (l *Location) String() string {
 	if l.empty() {
 		return ""
@@ -69,7 +69,7 @@ func (l *Location) String() string {
 		if s != "" {
 			s += " "
 		}
-		s += "(" + l.Timezone + ")"
+		s += "(time zone " + l.Timezone + ")"
 	}
 	return s
 }
