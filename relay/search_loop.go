@@ -443,10 +443,8 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	if resp.StatusCode/100 != 2 {
 		return nil, x.classifyStatus(resp)
 	}
-	if !isEventStream(resp.Header.Get("Content-Type")) {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		x.upstreamFailed()
-		return nil, openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
+	if err := x.notEventStream(resp); err != nil {
+		return nil, err
 	}
 	er := openai.NewEventReader(resp.Body)
 	er.OnWait = s.flush

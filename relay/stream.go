@@ -82,11 +82,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		resp.Body.Close()
 	default:
 		defer resp.Body.Close()
-		if !isEventStream(resp.Header.Get("Content-Type")) {
-			// A server that answers a stream with one JSON body is reporting an error.
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			x.upstreamFailed()
-			failure = openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
+		if failure = x.notEventStream(resp); failure != nil {
 			break
 		}
 		er := sb.er
@@ -437,6 +433,18 @@ func (s *streamer) tick() {
 		next = min(next, s.lastWrite.Load()+due)
 	}
 	s.watch.Reset(max(time.Duration(next-now), watchdogMinWait))
+}
+
+// notEventStream is the error of a 2xx answer to a stream that is not an
+// event stream: a server that answers a stream with one JSON body is
+// reporting an error. nil for an event stream.
+func (x *exchange) notEventStream(resp *http.Response) error {
+	if isEventStream(resp.Header.Get("Content-Type")) {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	x.upstreamFailed()
+	return openai.ClassifyUpstreamError(x.node.Flavour, http.StatusBadGateway, body)
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream, with or
