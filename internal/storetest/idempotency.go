@@ -238,19 +238,9 @@ func testIdemPurge(t *testing.T, s idemStore) {
 
 func testIdemConcurrent(t *testing.T, s idemStore) {
 	k := idemKey(t)
-	const n = 20
-	results := make([]tollgate.IdempotencyResult, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = s.BeginIdempotency(context.Background(),
-				claim(k, "body", "req_"+string(rune('a'+i)), t0, time.Minute))
-		}()
-	}
-	wg.Wait()
+	results, errs := beginAtOnce(s, 20, func(i int) tollgate.IdempotencyClaim {
+		return claim(k, "body", "req_"+string(rune('a'+i)), t0, time.Minute)
+	})
 	started := 0
 	for i, r := range results {
 		if errs[i] != nil {
@@ -265,7 +255,7 @@ func testIdemConcurrent(t *testing.T, s idemStore) {
 		}
 	}
 	if started != 1 {
-		t.Errorf("%d of %d concurrent claims started, want exactly 1", started, n)
+		t.Errorf("%d of %d concurrent claims started, want exactly 1", started, len(results))
 	}
 }
 
@@ -299,19 +289,9 @@ func testIdemChargedThenLost(t *testing.T, bs BillingStore, s idemStore) {
 	begin(t, s, lostClaim(k, "body", "req_b", t0.Add(30*time.Second)), tollgate.IdempotencyInFlight)
 
 	// The lease ended: racing retries all find the charge.
-	const n = 8
-	results := make([]tollgate.IdempotencyResult, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = s.BeginIdempotency(context.Background(),
-				lostClaim(k, "body", "req_retry"+string(rune('a'+i)), t0.Add(time.Minute)))
-		}()
-	}
-	wg.Wait()
+	results, errs := beginAtOnce(s, 8, func(i int) tollgate.IdempotencyClaim {
+		return lostClaim(k, "body", "req_retry"+string(rune('a'+i)), t0.Add(time.Minute))
+	})
 	for i, r := range results {
 		if errs[i] != nil || r.State != tollgate.IdempotencyLost || r.Owner != owner {
 			t.Errorf("retry %d after the lease: %s owner %q, %v; want lost, owner %s", i, r.State, r.Owner, errs[i], owner)
@@ -344,4 +324,16 @@ func testIdemChargedThenLost(t *testing.T, bs BillingStore, s idemStore) {
 	}
 	begin(t, s, lostClaim(k2, "body", "req_h", t0.Add(27*time.Hour)), tollgate.IdempotencyStarted)
 	auditClean(t, bs, t0)
+}
+
+// beginAtOnce makes n claims (claimOf(i)) from n goroutines at once.
+func beginAtOnce(s idemStore, n int, claimOf func(i int) tollgate.IdempotencyClaim) ([]tollgate.IdempotencyResult, []error) {
+	results := make([]tollgate.IdempotencyResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = s.BeginIdempotency(context.Background(), claimOf(i)) })
+	}
+	wg.Wait()
+	return results, errs
 }
