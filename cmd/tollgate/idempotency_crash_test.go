@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +16,6 @@ import (
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/simulate"
-	"github.com/tollgate/tollgate/sqlite"
 )
 
 // A crash between the charge and the stored answer (docs/idempotency.md):
@@ -65,12 +62,7 @@ func lostAnswer(t *testing.T, r idemResponse, original string) {
 func TestIdempotencyCrashAfterTheChargeSQLite(t *testing.T) {
 	bin := buildBinary(t)
 	sim := startFlatSim(t)
-	path := filepath.Join(t.TempDir(), "t.db")
-	st, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, path := tempSQLite(t)
 	f := &procFleet{t: t, bin: bin, config: idemCrashConfig(t, "  sqlite: "+path+"\n", sim.URL())}
 	acct, key := fundAccount(t, st, flatHold*100_000)
 	a := f.start()
@@ -83,28 +75,14 @@ func TestIdempotencyCrashAfterTheChargeSQLite(t *testing.T) {
 	// Claimed and held: from now on nothing commits. The charge goes to the
 	// process's charge journal, the answer to the client, and the stored
 	// answer waits for the database, where the kill finds it.
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	conn, err := raw.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	raw, release := holdSQLiteWriter(t, path)
 	var r1 idemResponse
 	select {
 	case r1 = <-first:
 	case <-time.After(5 * time.Second):
 	}
 	a.kill9(t)
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	var original string
 	if err := raw.QueryRow(`SELECT owner FROM idempotency_keys WHERE key = 'crash-1' AND status = 0`).Scan(&original); err != nil {
 		t.Fatalf("the key is not in flight after the kill (%v): the test proves nothing", err)

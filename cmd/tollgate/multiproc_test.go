@@ -401,12 +401,7 @@ func waitSettled(t *testing.T, st billingStore, acct string) {
 func TestBillingCrashAfterTheResponse(t *testing.T) {
 	bin := buildBinary(t)
 	sim := startFlatSim(t)
-	path := filepath.Join(t.TempDir(), "t.db")
-	st, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, path := tempSQLite(t)
 	f := &procFleet{t: t, bin: bin, config: multiprocConfig(t, "  sqlite: "+path+"\n", sim.URL())}
 	opening := flatHold * 1000 // rich enough for a reservation: holds in memory
 	acct, key := fundAccount(t, st, opening)
@@ -441,24 +436,10 @@ func TestBillingCrashAfterTheResponse(t *testing.T) {
 	ledgerEntry(t, st, id1)
 
 	// Nothing can commit now; the process still answers.
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	conn, err := raw.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	_, release := holdSQLiteWriter(t, path)
 	cost2, id2 := post(a.api)
 	a.kill9(t)
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if _, err := st.LedgerEntry(context.Background(), id2); err == nil {
 		t.Fatal("the second charge was committed before the kill: the test proves nothing")
 	}
@@ -500,5 +481,44 @@ func TestBillingCrashAfterTheResponse(t *testing.T) {
 	}
 	if t.Failed() {
 		logWarnings(t, []*proc{b})
+	}
+}
+
+// tempSQLite opens a migrated SQLite store in a fresh file, closed at the
+// test's end, and returns it with its path (for a process's config).
+func tempSQLite(t *testing.T) (*sqlite.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "t.db")
+	st, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, path
+}
+
+// holdSQLiteWriter takes the write lock of the SQLite file at path from a
+// connection of its own, so that nothing else commits until release; raw
+// reads the file (closed at the test's end).
+func holdSQLiteWriter(t *testing.T, path string) (raw *sql.DB, release func()) {
+	t.Helper()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	conn, err := raw.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	return raw, func() {
+		t.Helper()
+		if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

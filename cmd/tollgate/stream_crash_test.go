@@ -18,7 +18,6 @@ import (
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/simulate"
-	"github.com/tollgate/tollgate/sqlite"
 )
 
 // A stream cut by a kill -9 of its `tollgate serve` process is charged for
@@ -64,12 +63,7 @@ func onCrashStores(t *testing.T, cut func(t *testing.T, st crashStore, f *procFl
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		sim := startFlatSim(t)
-		path := filepath.Join(t.TempDir(), "t.db")
-		st, err := sqlite.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
+		st, path := tempSQLite(t)
 		cfg := multiprocConfig(t, "  sqlite: "+path+"\n", sim.URL())
 		withSearch(t, cfg)
 		cut(t, st, &procFleet{t: t, bin: bin, config: cfg})
