@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two tollgate builds side by side in one run: the CPU time each `tollgate
-# serve` process spends per request (utime+stime from /proc, divided by the
-# requests wrk completed), its throughput and latency, and the simulator
+# serve` process spends per request (utime+stime from /proc, and stime alone,
+# divided by the requests wrk completed), its throughput and latency, and the simulator
 # direct as the reference, for non-streamed and streamed requests. The two
 # builds serve the same simulator, each with its own SQLite store (auth and
 # billing on); they are measured in turn (A, B, A, B, ...), so a change in
@@ -49,18 +49,20 @@ done
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+sys() { awk '{print $15}' "/proc/$1/stat"; }
 run() { # $1 label, $2 lua, $3 url, $4 conns, $5 pid (empty: no CPU figure)
-  local before after out reqs rps p50 p99 ms="-"
-  [ -n "$5" ] && before=$(cpu "$5")
+  local before after sbefore safter out reqs rps p50 p99 ms="-" sms="-"
+  [ -n "$5" ] && before=$(cpu "$5") && sbefore=$(sys "$5")
   out=$(wrk -t1 -c"$4" -d"$DURATION" --latency -s "$2" "$3")
-  [ -n "$5" ] && after=$(cpu "$5")
+  [ -n "$5" ] && after=$(cpu "$5") && safter=$(sys "$5")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
   p50=$(echo "$out" | awk '$1=="50%" {print $2}')
   p99=$(echo "$out" | awk '$1=="99%" {print $2}')
   non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
   [ -n "$5" ] && ms=$(awk -v d=$((after - before)) -v n="$reqs" -v t="$ticks" 'BEGIN {printf "%.3f", d * 1000 / t / n}')
-  printf "%-7s %-4s %-7s req/s %-9s p50 %-8s p99 %-8s cpu ms/req %-6s non-2xx %s\n" "$cell" "$4" "$1" "$rps" "$p50" "$p99" "$ms" "${non2xx:-0}"
+  [ -n "$5" ] && sms=$(awk -v d=$((safter - sbefore)) -v n="$reqs" -v t="$ticks" 'BEGIN {printf "%.3f", d * 1000 / t / n}')
+  printf "%-7s %-4s %-7s req/s %-9s p50 %-8s p99 %-8s cpu ms/req %-6s (system %-6s) non-2xx %s\n" "$cell" "$4" "$1" "$rps" "$p50" "$p99" "$ms" "$sms" "${non2xx:-0}"
 }
 
 echo "wrk, $DURATION per run, $ROUNDS rounds, $(nproc) CPUs; A=$A B=$B; streams of $TOKENS tokens"
