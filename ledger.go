@@ -23,15 +23,6 @@ const (
 	LedgerCharge LedgerKind = "charge"
 )
 
-// ValidLedgerKind reports whether k is one of the four kinds.
-func ValidLedgerKind(k LedgerKind) bool {
-	switch k {
-	case LedgerOpening, LedgerCredit, LedgerDebit, LedgerCharge:
-		return true
-	}
-	return false
-}
-
 // LedgerEntry is one row of the ledger. Amount is the signed change of the
 // balance (+ for opening and credit, − for debit and charge), so an
 // account's balance is always the sum of its entries' Amount.

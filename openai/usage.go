@@ -68,13 +68,6 @@ func (u Usage) Normalize() Usage {
 	return u
 }
 
-// EstimateTokens counts the tokens of text when the backend reported none:
-// ceil(len(text)/4) bytes-per-token, and at least 1 for non-empty text.
-// Four bytes per token is the usual rule of thumb for English with BPE
-// tokenisers; it over-counts code and under-counts CJK text slightly. The
-// charge is then marked as estimated.
-func EstimateTokens(text []byte) int64 { return EstimateTokensN(int64(len(text))) }
-
 // PieceTokens counts one streamed piece of text of l decoded bytes: a piece
 // of up to 16 bytes is one token (servers stream one token per delta, and a
 // BPE token is rarely longer), a longer one is several tokens sent together
@@ -89,8 +82,12 @@ func PieceTokens(l int64) int64 {
 	return (l + 3) / 4
 }
 
-// EstimateTokensN is EstimateTokens for a byte count (what StreamNormalizer
-// and Response accumulate, without keeping the text itself).
+// EstimateTokensN counts the tokens of n bytes of text when the backend
+// reported none: ceil(n/4), and at least 1 for non-empty text. Four bytes
+// per token is the usual rule of thumb for English with BPE tokenisers; it
+// over-counts code and under-counts CJK text slightly. The charge is then
+// marked as estimated. It takes a byte count (what StreamNormalizer and
+// Response accumulate), not the text itself.
 func EstimateTokensN(n int64) int64 {
 	if n <= 0 {
 		return 0

@@ -106,9 +106,6 @@ func (r *listener) connState(c net.Conn, st http.ConnState) {
 // "/v1", or "/api/v1" for OpenRouter).
 func (r *listener) URL() string { return "http://" + r.addr }
 
-// Addr is host:port.
-func (r *listener) Addr() string { return r.addr }
-
 // RefuseConnections(true) closes the listener and every open connection, so
 // new connections are refused (ECONNREFUSED) and pooled ones fail;
 // RefuseConnections(false) listens again on the same port.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/tollgate/tollgate"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -88,12 +87,6 @@ from now (24h). Without --by and --period, one total row.`, c.stderr)
 	return writeUsageTable(c.stdout, by, c.period != "", rows)
 }
 
-func usageColumns(by []string, period bool, r billing.UsageRow) (head, vals []string) {
-	return billing.UsageColumns(by, period, r)
-}
-
-func containsString(list []string, s string) bool { return slices.Contains(list, s) }
-
 func writeUsageCSV(w io.Writer, by []string, period bool, rows []billing.UsageRow) error {
 	cw := csv.NewWriter(w)
 	if err := billing.WriteUsageCSV(cw, by, period, rows); err != nil {
@@ -105,10 +98,10 @@ func writeUsageCSV(w io.Writer, by []string, period bool, rows []billing.UsageRo
 
 func writeUsageTable(w io.Writer, by []string, period bool, rows []billing.UsageRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	head, _ := usageColumns(by, period, billing.UsageRow{})
+	head, _ := billing.UsageColumns(by, period, billing.UsageRow{})
 	fmt.Fprintln(tw, strings.ToUpper(strings.Join(head, "\t"))+"\t")
 	for _, r := range rows {
-		_, vals := usageColumns(by, period, r)
+		_, vals := billing.UsageColumns(by, period, r)
 		fmt.Fprintln(tw, strings.Join(vals, "\t")+"\t")
 	}
 	return tw.Flush()
