@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/syncbuf"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
@@ -906,7 +907,7 @@ func TestOverviewSavedDaysFail(t *testing.T) {
 	e := newEnv(t, Options{})
 	now := e.clock.now()
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("1"), now.AddDate(0, 0, -3))
-	var log logBuffer
+	var log syncbuf.Buffer
 	cs := &countingStore{testStore: e.st, fail: errors.New("the disk is on fire")}
 	e.restart(t, cs, slog.New(slog.NewTextHandler(&log, nil)))
 	b := e.signedIn(t)
@@ -922,24 +923,6 @@ func TestOverviewSavedDaysFail(t *testing.T) {
 	if saved, err := e.st.SavedDays(context.Background(), e.acct.ID, now.AddDate(0, 0, -40), now); err != nil || len(saved) != 0 {
 		t.Errorf("saved days = %+v, %v; want none", saved, err)
 	}
-}
-
-// logBuffer is a log's output, written by the server's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestActivityAndCSV(t *testing.T) {

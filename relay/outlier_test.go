@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/syncbuf"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -220,7 +220,7 @@ models:
 		t.Fatal(err)
 	}
 	base := time.Second // long enough that a loaded machine ends no ejection early
-	var logged lockedBuffer
+	var logged syncbuf.Buffer
 	r := New(NewCatalog(cfg, nil), Options{Health: HealthPolicy{FailureThreshold: 3, EjectionBase: base,
 		EjectionMax: 10 * base, MinRequests: 1000}}, Deps{Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -309,22 +309,4 @@ models:
 	if nodeB := r.Catalog().Models[0].Backends[0].Nodes[1]; nodeB.Ejected(time.Now()) {
 		t.Fatal("both nodes of the backend ejected")
 	}
-}
-
-// lockedBuffer is a log destination safe for the relay's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

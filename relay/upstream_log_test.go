@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/internal/syncbuf"
 )
 
 // An upstream error's log line says what the backend answered: the status,
@@ -41,7 +42,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logged lockedBuffer
+	var logged syncbuf.Buffer
 	r := New(NewCatalog(cfg, nil), Options{}, Deps{Log: slog.New(slog.NewJSONHandler(&logged, nil))})
 	w := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)

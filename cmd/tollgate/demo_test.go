@@ -11,28 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/syncbuf"
 )
-
-// lockedBuffer collects a command's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // `tollgate demo` as the README's first command: it prints the exports, the
 // web-search curl line works (an answer with citations), and the admin
@@ -41,7 +24,7 @@ func (l *lockedBuffer) String() string {
 func TestDemoServesWebSearchAndMetrics(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut) }()
 	defer func() {
@@ -140,10 +123,10 @@ func TestDemoServesWebSearchAndMetrics(t *testing.T) {
 // blocks nothing.
 func TestSecondDemoOnOneDirExits(t *testing.T) {
 	dir := t.TempDir()
-	start := func() (stop func() int, out *lockedBuffer) {
+	start := func() (stop func() int, out *syncbuf.Buffer) {
 		ctx, cancel := context.WithCancel(context.Background())
-		out = &lockedBuffer{}
-		var errOut lockedBuffer
+		out = &syncbuf.Buffer{}
+		var errOut syncbuf.Buffer
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, out, &errOut) }()
 		deadline := time.Now().Add(15 * time.Second)
@@ -163,7 +146,7 @@ func TestSecondDemoOnOneDirExits(t *testing.T) {
 		return func() int { cancel(); return <-done }, out
 	}
 	stop, _ := start()
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	code := run(t.Context(), []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut)
 	if code != 1 || !strings.Contains(errOut.String(), "is already running on "+dir) || strings.Contains(out.String(), "is running") {
 		t.Errorf("second demo: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())

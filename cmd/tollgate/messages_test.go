@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/syncbuf"
 )
 
 // runCLI runs the binary's dispatcher (exit status, stderr and all).
@@ -111,7 +113,7 @@ func TestSimulateFaultRefuseRefusesConnections(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithCancel(t.Context())
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"simulate", "--listen", addr, "--fault", "refuse"}, &out, &errOut) }()
 	defer func() {
