@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 )
 
 // runConsole runs the console's store tests (tollgate.ConsoleStore).
@@ -343,7 +343,7 @@ func testConsoleSavedDays(t *testing.T, s BillingStore, c tollgate.ConsoleStore)
 	h := holdOp(a, k2, usd("0.5"), t0.AddDate(0, 0, 2))
 	apply(t, s, h, settleOp(h, usd("1.000000000001"), t0.AddDate(0, 0, 2)))
 	// The day between has a credit only.
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", t0.AddDate(0, 0, 1)); err != nil {
+	if _, err := operator.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", t0.AddDate(0, 0, 1)); err != nil {
 		t.Fatal(err)
 	}
 	since, until := day.AddDate(0, 0, -1), day.AddDate(0, 0, 3)
