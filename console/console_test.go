@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -949,7 +951,11 @@ func TestActivityAndCSV(t *testing.T) {
 	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="num mono"`) != activityPage {
 		t.Errorf("first page: want %d rows and a next page", activityPage)
 	}
-	p2 := b.get("/console/activity?page=2")
+	next := regexp.MustCompile(`<a href="([^"]*)" rel="next">`).FindStringSubmatch(p.body)
+	if next == nil || html.UnescapeString(next[1]) != "/console/activity?page=2" {
+		t.Errorf("the next page's link is %q, want /console/activity?page=2", next)
+	}
+	p2 := b.get(html.UnescapeString(next[1]))
 	if n := strings.Count(p2.body, `class="num mono"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
 		t.Errorf("second page: %d rows", n)
 	}
@@ -960,7 +966,16 @@ func TestActivityAndCSV(t *testing.T) {
 	if r := b.get("/console/activity?since=yesterday"); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="since"`) {
 		t.Errorf("bad date: %d %s", r.status, r.code())
 	}
-	c := b.get("/console/activity.csv?model=tg-chat")
+	// The CSV link the filtered page renders keeps the filter.
+	filtered := b.get("/console/activity?model=tg-chat")
+	m := regexp.MustCompile(`<a class="button secondary" href="([^"]*)" download>CSV</a>`).FindStringSubmatch(filtered.body)
+	if m == nil {
+		t.Fatalf("the filtered activity has no CSV link:\n%s", filtered.body)
+	}
+	if got := html.UnescapeString(m[1]); got != "/console/activity.csv?model=tg-chat" {
+		t.Errorf("the filtered activity's CSV link is %q, want the filter in its query", got)
+	}
+	c := b.get(html.UnescapeString(m[1]))
 	if c.status != 200 || c.header.Get("Content-Type") != "text/csv; charset=utf-8" {
 		t.Fatalf("csv: %d %q", c.status, c.header.Get("Content-Type"))
 	}
@@ -969,12 +984,21 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, _ := billing.UsageColumns([]string{"key", "model", "backend"}, true, billing.UsageRow{})
-	if strings.Join(recs[0], ",") != strings.Join(head, ",") {
-		t.Errorf("csv header %v, want tollgate usage's %v", recs[0], head)
+	if want := slices.Insert(head, 2, "key_name"); strings.Join(recs[0], ",") != strings.Join(want, ",") {
+		t.Errorf("csv header %v, want tollgate usage's with key_name after key: %v", recs[0], want)
 	}
-	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[2][10] != "0.000123456789" {
+	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[1][2] != e.key.Name || recs[2][11] != "0.000123456789" {
 		t.Errorf("csv rows = %v", recs)
 	}
+	// Without key_name, the same bytes as tollgate usage.
+	var noName strings.Builder
+	cw0 := csv.NewWriter(&noName)
+	for _, rec := range recs {
+		if err := cw0.Write(slices.Delete(rec, 2, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cw0.Flush()
 	// The same bytes as `tollgate usage --account A --model tg-chat --by key,model,backend --period day --csv`.
 	rows, err := billing.Usage(t.Context(), e.st, tollgate.UsageFilter{AccountID: e.acct.ID, Model: "tg-chat"}, []string{"key", "model", "backend"}, "day")
 	if err != nil {
@@ -986,8 +1010,8 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	cw.Flush()
-	if c.body != want.String() {
-		t.Errorf("csv export:\n%s\nwant what tollgate usage writes:\n%s", c.body, want.String())
+	if noName.String() != want.String() {
+		t.Errorf("csv export without key_name:\n%s\nwant what tollgate usage writes:\n%s", noName.String(), want.String())
 	}
 }
 
