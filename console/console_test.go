@@ -154,7 +154,7 @@ func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, t
 	if err := e.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", a.Created); err != nil {
+	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
 		t.Fatal(err)
 	}
 	secret := tollgate.NewKeySecret()
@@ -828,7 +828,7 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -20)) // last month, in the chart
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now)
-	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", now.AddDate(0, 0, -4)); err != nil {
+	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
 		t.Fatal(err)
 	}
 	b := e.signedIn(t)

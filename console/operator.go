@@ -398,7 +398,7 @@ func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error 
 		if action == "debit" {
 			kind = tollgate.LedgerDebit
 		}
-		e, err := billing.Post(ctx, op.st, kind, id, amount, note, op.o.Now())
+		e, err := billing.Post(ctx, op.st, kind, id, amount, note, "the operator console from "+op.c.clientAddr(r), op.o.Now())
 		if err != nil {
 			var te *tollgate.Error
 			if errors.As(err, &te) {

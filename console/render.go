@@ -90,7 +90,7 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.DateOnly)
 	},
-	"int": func(n int64) string { return groupDigits(n) },
+	"int":  func(n int64) string { return groupDigits(n) },
 	"link": link,
 }
 

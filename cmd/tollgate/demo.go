@@ -269,7 +269,7 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 		}
 		// The credit goes through the ledger, like any operator's top-up.
 		if bs, err := books(st); err == nil && credit > 0 {
-			if _, err := billing.Post(ctx, bs, tollgate.LedgerCredit, acct.ID, credit, "demo credit", time.Now()); err != nil {
+			if _, err := billing.Post(ctx, bs, tollgate.LedgerCredit, acct.ID, credit, "demo credit", "tollgate demo", time.Now()); err != nil {
 				return "", fmt.Errorf("credit demo account: %w", err)
 			}
 		}
