@@ -27,7 +27,7 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
-	if err := checkFormToken(r); err != nil {
+	if err := c.checkFormToken(r); err != nil {
 		return err
 	}
 	now := c.o.Now()
@@ -128,7 +128,7 @@ func retryAfter(until, now time.Time) string {
 // POST with the session's CSRF token; without a live session it just goes
 // to the sign-in page.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) error {
-	ck, err := r.Cookie(sessionCookie)
+	ck, err := c.cookie(r, sessionCookie)
 	if err == nil && ck.Value != "" {
 		if !tokensEqual(r.PostFormValue("csrf"), sessionCSRF(ck.Value)) {
 			return errCSRF
@@ -157,7 +157,7 @@ func (c *Console) inviteForm(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
-	if err := checkFormToken(r); err != nil {
+	if err := c.checkFormToken(r); err != nil {
 		return err
 	}
 	token := r.PostFormValue("token")

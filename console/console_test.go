@@ -7,6 +7,7 @@ import (
 	"html"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -298,7 +299,7 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := b.get(tollgate.InvitePath(token))
-	if p.header.Get("Referrer-Policy") != "no-referrer" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+	if p.header.Get("Referrer-Policy") != "same-origin" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
 		t.Errorf("invite page headers: %v", p.header)
 	}
 	short := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"short"}, "confirm": {"short"}})
@@ -633,9 +634,139 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 			resp.Body.Close()
 			cs := resp.Cookies()
 			if len(cs) != 1 || cs[0].Secure != tc.secure {
-				t.Errorf("cookies %+v, want Secure=%t", cs, tc.secure)
+				t.Fatalf("cookies %+v, want Secure=%t", cs, tc.secure)
+			}
+			// Over TLS, a __Host- cookie (Path=/, no Domain).
+			if host := strings.HasPrefix(cs[0].Name, "__Host-"); host != tc.secure || tc.secure && (cs[0].Path != "/" || cs[0].Domain != "") {
+				t.Errorf("cookie %+v over TLS=%t: want the __Host- prefix and Path=/ exactly over TLS", cs[0], tc.secure)
 			}
 		})
+	}
+}
+
+// Served over TLS, the whole sign-in works with __Host- cookies, and a
+// cookie without the prefix (which a sibling subdomain or a plain-http
+// port could plant) is not read.
+func TestHostCookiesOverTLS(t *testing.T) {
+	e := newEnv(t, Options{})
+	srv := httptest.NewTLSServer(e.con)
+	t.Cleanup(srv.Close)
+	e.srv = srv
+	b := e.browser(t)
+	b.c.Transport = srv.Client().Transport
+	b.setPassword(e.acct.ID, password)
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-in over TLS: %d %s", r.status, r.code())
+	}
+	u, _ := url.Parse(srv.URL + "/console/")
+	names := map[string]bool{}
+	for _, ck := range b.c.Jar.Cookies(u) {
+		names[ck.Name] = true
+	}
+	if !names["__Host-tg_console"] || !names["__Host-tg_form"] || names["tg_console"] || names["tg_form"] {
+		t.Errorf("cookies over TLS: %v, want __Host-tg_console and __Host-tg_form only", names)
+	}
+	if r := b.get("/console/"); r.status != 200 {
+		t.Errorf("overview over TLS: %d", r.status)
+	}
+	// A planted pre-session without the prefix is not the form's.
+	planted := e.browser(t)
+	planted.c.Transport = srv.Client().Transport
+	p := b.get("/console/signin")
+	planted.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: strings.Repeat("A", 43) + ".9999999999"}})
+	if r := planted.post("/console/signin", url.Values{"csrf": {p.csrf(t)}, "account": {e.acct.ID}, "password": {password}}); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("a planted tg_form cookie over TLS: %d %s", r.status, r.code())
+	}
+}
+
+// Login CSRF: a page of another origin (another port of this host, a
+// sibling subdomain) that can plant the pre-session cookie must still not
+// sign the victim's browser in to the attacker's account.
+func TestLoginCSRF(t *testing.T) {
+	e := newEnv(t, Options{})
+	attacker, _ := e.newAccount(t, "mallory", "1")
+	e.browser(t).setPassword(attacker.ID, password)
+	signedIn := func(b *browser) bool {
+		t.Helper()
+		return b.get("/console/").status == 200
+	}
+	u, _ := url.Parse(e.srv.URL + "/console/")
+
+	// 1. The old attack: a made-up cookie and the same value as the token.
+	victim := e.browser(t)
+	made := strings.Repeat("x", 43)
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: made, Path: "/console/"}})
+	if r := victim.post("/console/signin", url.Values{"csrf": {made}, "account": {attacker.ID}, "password": {password}}); r.code() != "invalid_request" || signedIn(victim) {
+		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
+	}
+
+	// 2. A genuine pre-session the attacker fetched and planted, sent from
+	// the attacker's page: the browser says where the form came from.
+	evil := e.browser(t)
+	token := evil.get("/console/signin").csrf(t)
+	var pre *http.Cookie
+	for _, ck := range evil.c.Jar.Cookies(u) {
+		if ck.Name == "tg_form" {
+			pre = ck
+		}
+	}
+	if pre == nil {
+		t.Fatal("the sign-in page set no tg_form cookie")
+	}
+	for name, h := range map[string]http.Header{
+		"Sec-Fetch-Site: same-site":     {"Sec-Fetch-Site": {"same-site"}, "Origin": {"http://127.0.0.1:1"}},
+		"Sec-Fetch-Site: cross-site":    {"Sec-Fetch-Site": {"cross-site"}},
+		"Origin of another port":        {"Origin": {"http://127.0.0.1:1"}},
+		"Origin of a sibling subdomain": {"Origin": {"https://evil.example.com"}},
+		"Origin: null":                  {"Origin": {"null"}},
+	} {
+		victim := e.browser(t)
+		victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: pre.Value, Path: "/console/"}})
+		req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+			strings.NewReader(url.Values{"csrf": {token}, "account": {attacker.ID}, "password": {password}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		maps.Copy(req.Header, h)
+		r := victim.do(req)
+		if r.status != http.StatusBadRequest || r.code() != "invalid_request" || !strings.Contains(r.body, "another site") || signedIn(victim) {
+			t.Errorf("%s: %d %s, signed in %t", name, r.status, r.code(), signedIn(victim))
+		}
+	}
+	// The same form from this console's own page goes through.
+	self := e.browser(t)
+	self.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: pre.Value, Path: "/console/"}})
+	req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+		strings.NewReader(url.Values{"csrf": {token}, "account": {attacker.ID}, "password": {password}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Origin", e.srv.URL)
+	if r := self.do(req); r.status != http.StatusSeeOther || !signedIn(self) {
+		t.Errorf("the console's own form: %d %s", r.status, r.code())
+	}
+
+	// 3. A pre-session past its expiry is refused, and another instance on
+	// the same store (the secret is shared) accepts a live one.
+	late := e.browser(t)
+	tok := late.get("/console/signin").csrf(t)
+	e.restart(t, e.st, nil)
+	if r := late.post("/console/signin", url.Values{"csrf": {tok}, "account": {attacker.ID}, "password": {"wrong password!"}}); r.status != http.StatusUnauthorized {
+		t.Errorf("a pre-session from another instance: %d %s, want the password checked (401)", r.status, r.code())
+	}
+	e.clock.add(formTTL + time.Second)
+	if r := late.post("/console/signin", url.Values{"csrf": {tok}, "account": {attacker.ID}, "password": {password}}); r.code() != "invalid_request" || signedIn(late) {
+		t.Errorf("an expired pre-session: %d %s", r.status, r.code())
+	}
+
+	// 4. Signed in, a cross-origin POST is refused too.
+	b := e.signedIn(t)
+	csrf := b.get("/console/keys").csrf(t)
+	req, _ = http.NewRequest("POST", e.srv.URL+"/console/keys", strings.NewReader(url.Values{"csrf": {csrf}, "name": {"evil"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-site")
+	if r := b.do(req); r.code() != "invalid_request" {
+		t.Errorf("a signed-in POST from another origin: %d %s", r.status, r.code())
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Errorf("a key was made from another origin: %d keys", len(keys))
 	}
 }
 
