@@ -318,6 +318,22 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 	if err != nil || !strings.HasPrefix(stored, "$argon2id$v=19$m=64,t=1,p=1$") || strings.Contains(stored, password) {
 		t.Errorf("stored password = %q, %v", stored, err)
 	}
+	// The link, opened again, says it was used and shows no form.
+	used := b.get(tollgate.InvitePath(token))
+	if used.status != http.StatusGone || !strings.Contains(used.body, `data-gone="used"`) || !strings.Contains(used.body, "It was used on 2026-03-20 15:00 UTC") ||
+		strings.Contains(used.body, `type="password"`) {
+		t.Errorf("a used invitation's page: %d\n%s", used.status, used.body)
+	}
+	if r := b.get("/console/invite?token=inv-madeup"); r.status != http.StatusNotFound || !strings.Contains(r.body, `data-gone="unknown"`) || strings.Contains(r.body, "<form") {
+		t.Errorf("an unknown invitation's page: %d\n%s", r.status, r.body)
+	}
+	late, _, err := tollgate.IssueInvite(t.Context(), e.st, e.acct.ID, e.clock.now().Add(-tollgate.InviteTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(tollgate.InvitePath(late)); r.status != http.StatusGone || !strings.Contains(r.body, `data-gone="expired"`) || strings.Contains(r.body, "<form") {
+		t.Errorf("an expired invitation's page: %d\n%s", r.status, r.body)
+	}
 	again := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"another password!"}, "confirm": {"another password!"}})
 	if again.status != http.StatusNotFound || again.code() != "not_found" {
 		t.Errorf("second use of the invitation: %d %s", again.status, again.code())
@@ -510,7 +526,7 @@ func TestInviteLimitsAndEndsSessions(t *testing.T) {
 	}
 	// Two tries were used from this address (both browsers are loopback);
 	// the rest of the window's are bogus tokens.
-	p := fresh.get("/console/invite?token=x")
+	p := fresh.get("/console/signin") // the same pre-session's token as the invitation form's
 	for i := range addressInvites - 2 {
 		r := fresh.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {"inv-bogus" + itoa(int64(i))},
 			"password": {"a brand new password"}, "confirm": {"a brand new password"}})
