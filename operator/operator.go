@@ -104,17 +104,19 @@ type Posted struct {
 }
 
 // Post credits (kind credit) or debits (kind debit) the account amount
-// (more than zero) with a note kept in the ledger. A debit may not take
+// (more than zero) with a note and who made it (tollgate.LedgerEntry.Actor:
+// "the CLI as ops@host", "the admin API from 10.0.0.2"), kept in the
+// ledger. A debit may not take
 // more than the free balance: the store refuses it with
 // insufficient_balance and nothing changes.
-func Post(ctx context.Context, st Books, kind tollgate.LedgerKind, accountID string, amount tollgate.Amount, note string, now time.Time) (Posted, error) {
+func Post(ctx context.Context, st Books, kind tollgate.LedgerKind, accountID string, amount tollgate.Amount, note, actor string, now time.Time) (Posted, error) {
 	if kind != tollgate.LedgerCredit && kind != tollgate.LedgerDebit {
 		return Posted{}, tollgate.Errorf(tollgate.CodeInvalidRequest, "an operator posts a credit or a debit, not a %s", kind)
 	}
 	if amount <= 0 {
 		return Posted{}, tollgate.Errorf(tollgate.CodeInvalidRequest, "the amount must be positive, got %s", amount)
 	}
-	e := tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: kind, AccountID: accountID, Amount: amount, Note: note, Time: stamp(now)}
+	e := tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: kind, AccountID: accountID, Amount: amount, Note: note, Actor: actor, Time: stamp(now)}
 	if err := st.PostEntry(ctx, &e); err != nil {
 		return Posted{}, err
 	}

@@ -123,9 +123,9 @@ func TestCreditAndDebitAreExact(t *testing.T) {
 		// Twelve decimals, the smallest amount, and a sum float64 would round.
 		balance := tollgate.Amount(0)
 		for _, s := range []string{"0.1", "0.2", "0.000000000001", "12.345678901234"} {
-			p, err := operator.Post(ctx, st, tollgate.LedgerCredit, a.ID, usd(s), "top-up "+s, now)
+			p, err := operator.Post(ctx, st, tollgate.LedgerCredit, a.ID, usd(s), "top-up "+s, "the CLI as ops@host", now)
 			balance += usd(s)
-			if err != nil || p.Entry.Kind != tollgate.LedgerCredit || p.Entry.Amount != usd(s) || p.Entry.Note != "top-up "+s ||
+			if err != nil || p.Entry.Kind != tollgate.LedgerCredit || p.Entry.Amount != usd(s) || p.Entry.Note != "top-up "+s || p.Entry.Actor != "the CLI as ops@host" ||
 				p.Balance.Balance != balance || p.Balance.Free != balance || p.Balance.Held != 0 {
 				t.Fatalf("credit %s: %+v, %v; want balance %s", s, p, err, balance)
 			}
@@ -145,10 +145,10 @@ func TestCreditAndDebitAreExact(t *testing.T) {
 		if err := st.ApplyBilling(ctx, []*tollgate.BillingOp{hold}); err != nil || hold.Outcome != tollgate.HoldOK {
 			t.Fatalf("hold: %v %v", hold.Outcome, err)
 		}
-		if _, err := operator.Post(ctx, st, tollgate.LedgerDebit, a.ID, usd("10.000000000001"), "", now); tollgate.ErrorCode(err) != tollgate.CodeInsufficientBalance {
+		if _, err := operator.Post(ctx, st, tollgate.LedgerDebit, a.ID, usd("10.000000000001"), "", "", now); tollgate.ErrorCode(err) != tollgate.CodeInsufficientBalance {
 			t.Fatalf("debit of the free balance plus 1e-12: %v, want insufficient_balance", err)
 		}
-		p, err := operator.Post(ctx, st, tollgate.LedgerDebit, a.ID, usd("10"), "refund", now)
+		p, err := operator.Post(ctx, st, tollgate.LedgerDebit, a.ID, usd("10"), "refund", "", now)
 		if err != nil || p.Entry.Kind != tollgate.LedgerDebit || p.Entry.Amount != -usd("10") ||
 			p.Balance.Balance != usd("2.645678901235") || p.Balance.Held != usd("2.645678901235") || p.Balance.Free != 0 {
 			t.Fatalf("debit of the whole free balance: %+v, %v", p, err)
@@ -163,11 +163,11 @@ func TestCreditAndDebitAreExact(t *testing.T) {
 			kind   tollgate.LedgerKind
 			amount tollgate.Amount
 		}{{tollgate.LedgerCredit, 0}, {tollgate.LedgerDebit, -1}, {tollgate.LedgerCharge, 1}} {
-			if _, err := operator.Post(ctx, st, c.kind, a.ID, c.amount, "", now); tollgate.ErrorCode(err) != tollgate.CodeInvalidRequest {
+			if _, err := operator.Post(ctx, st, c.kind, a.ID, c.amount, "", "", now); tollgate.ErrorCode(err) != tollgate.CodeInvalidRequest {
 				t.Errorf("post %s of %s: %v, want invalid_request", c.kind, c.amount, err)
 			}
 		}
-		if _, err := operator.Post(ctx, st, tollgate.LedgerCredit, "acct_nope", 1, "", now); !errors.Is(err, tollgate.ErrNotFound) {
+		if _, err := operator.Post(ctx, st, tollgate.LedgerCredit, "acct_nope", 1, "", "", now); !errors.Is(err, tollgate.ErrNotFound) {
 			t.Errorf("credit of a missing account: %v, want ErrNotFound", err)
 		}
 		if v, _ := operator.View(ctx, st, a); v.Balance != usd("2.645678901235") {

@@ -269,7 +269,7 @@ func ensureDemoKey(ctx context.Context, st Store, dir string, credit tollgate.Am
 		}
 		// The credit goes through the ledger, like any operator's top-up.
 		if credit > 0 {
-			if _, err := operator.Post(ctx, st, tollgate.LedgerCredit, acct.ID, credit, "demo credit", time.Now()); err != nil {
+			if _, err := operator.Post(ctx, st, tollgate.LedgerCredit, acct.ID, credit, "demo credit", "tollgate demo", time.Now()); err != nil {
 				return "", fmt.Errorf("credit demo account: %w", err)
 			}
 		}

@@ -285,7 +285,13 @@ func idemCrashBatch(t *testing.T, st Store, f *procFleet, procs []*proc, apiKey,
 		}()
 	}
 	wg.Wait()
+	// A charge reaches the ledger through the batch writer, after its answer
+	// went out: wait (bounded) for every key's charge before counting.
 	got := len(charges(t, st, accountID)) - charged
+	for wait := time.Now().Add(20 * time.Second); got < n && time.Now().Before(wait); {
+		time.Sleep(100 * time.Millisecond)
+		got = len(charges(t, st, accountID)) - charged
+	}
 	t.Logf("%d keys: first send %d answered, %d cut by the kill; resend after the lease: %d ran, %d replayed, "+
 		"%d answered idempotency_response_lost, %d other; %d charges for %d keys: %d keys charged twice",
 		n, firstOK.Load(), firstFailed.Load(), ran.Load(), replayed.Load(), lost.Load(), other.Load(), got, n, got-n)
