@@ -93,8 +93,8 @@ func (s *Stripe) serveAPI(w http.ResponseWriter, r *http.Request) {
 	call := &apiCall{r: r, form: stripeForm{values}, requestID: requestID, base: s.baseURL(r)}
 
 	if r.Method != http.MethodPost {
-		res := s.route(call)
-		writeStripeJSON(w, res.status, res.body())
+		status, out := s.route(call)
+		writeStripeJSON(w, status, out)
 		return
 	}
 	call.idemKey = strings.TrimSpace(r.Header.Get("Idempotency-Key"))
@@ -108,10 +108,10 @@ func (s *Stripe) serveAPI(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res := s.route(call)
-	out := writeStripeJSON(w, res.status, res.body())
+	status, out := s.route(call)
+	writeStripeJSON(w, status, out)
 	if call.idemKey != "" {
-		s.finishIdempotency(key, call.idemKey, requestID, res.status, out)
+		s.finishIdempotency(key, call.idemKey, requestID, status, out)
 	}
 }
 
@@ -210,8 +210,18 @@ func (s *Stripe) finishIdempotency(apiKey, idemKey, requestID string, status int
 	delete(s.idem, k)
 }
 
-// route dispatches one API request.
-func (s *Stripe) route(c *apiCall) apiResult {
+// route runs one API request's handler with s.mu held (the handlers read
+// and change the objects freely) and encodes its answer before letting go,
+// so that the answer is a snapshot.
+func (s *Stripe) route(c *apiCall) (int, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := s.handle(c)
+	return res.status, encodeStripeJSON(res.body())
+}
+
+// handle dispatches one API request. Called with s.mu held.
+func (s *Stripe) handle(c *apiCall) apiResult {
 	parts := strings.Split(strings.Trim(strings.TrimPrefix(c.r.URL.Path, "/v1/"), "/"), "/")
 	get, post := c.r.Method == http.MethodGet, c.r.Method == http.MethodPost
 	n := len(parts)
@@ -255,8 +265,6 @@ func (s *Stripe) route(c *apiCall) apiResult {
 
 // retrieve answers GET /v1/<objects>/{id}, expanding what expand[] asks.
 func (s *Stripe) retrieve(c *apiCall, kind, param, id string) apiResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if kind == "checkout.session" {
 		if sess := s.sessions[id]; sess != nil {
 			s.expireIfDue(sess)
@@ -405,8 +413,6 @@ func expandable(field string) bool {
 }
 
 func (s *Stripe) retrieveEvent(id string) apiResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	ev := s.events[id]
 	if ev == nil {
 		return fail(noSuch("event", "id", id))
@@ -415,8 +421,6 @@ func (s *Stripe) retrieveEvent(id string) apiResult {
 }
 
 func (s *Stripe) sessionLineItems(id string) apiResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	sess := s.sessions[id]
 	if sess == nil {
 		return fail(noSuch("checkout.session", "session", id))
@@ -425,8 +429,6 @@ func (s *Stripe) sessionLineItems(id string) apiResult {
 }
 
 func (s *Stripe) listMethods(c *apiCall, customer string) apiResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if customer == "" {
 		return fail(missingParam("customer"))
 	}

@@ -196,17 +196,24 @@ func (f stripeForm) start(allowed []string) (map[string]string, *stripeError) {
 // made with one idempotency key.
 func (f stripeForm) canonical() string { return f.v.Encode() }
 
-// writeStripeJSON writes v as Stripe does: JSON, two-space indented.
-func writeStripeJSON(w http.ResponseWriter, status int, v any) []byte {
+// encodeStripeJSON encodes v as Stripe does: JSON, two-space indented.
+func encodeStripeJSON(v any) []byte {
 	body, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		panic("simulate: stripe object not encodable: " + err.Error())
 	}
-	body = append(body, '\n')
+	return append(body, '\n')
+}
+
+// writeStripeJSON writes an answer: v is an object, or its encoding.
+func writeStripeJSON(w http.ResponseWriter, status int, v any) {
+	body, isBytes := v.([]byte)
+	if !isBytes {
+		body = encodeStripeJSON(v)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(body)
-	return body
 }
 
 func errorBody(e *stripeError) any { return map[string]any{"error": e} }

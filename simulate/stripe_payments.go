@@ -125,8 +125,6 @@ func (s *Stripe) createSession(c *apiCall) apiResult {
 		pmTypes = []string{"card"}
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	cust, e := s.customerRef(customer)
 	if e != nil {
 		return fail(e)
@@ -206,8 +204,6 @@ func validURL(s string) bool {
 func (s *Stripe) expireSession(c *apiCall, id string) apiResult {
 	b := s.batch(c)
 	defer b.send()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	sess := s.sessions[id]
 	if sess == nil {
 		return fail(noSuch("checkout.session", "session", id))
@@ -355,8 +351,6 @@ func (s *Stripe) createCustomer(c *apiCall) apiResult {
 	}
 	b := s.batch(c)
 	defer b.send()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	cu := s.newCustomer(f.strPtr("email"), f.strPtr("name"), md, b)
 	cu.Description = f.strPtr("description")
 	return s.expanded(cu, f.list("expand"))
@@ -409,8 +403,6 @@ func (s *Stripe) createIntent(c *apiCall) apiResult {
 
 	b := s.batch(c)
 	defer b.send()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	cust, e := s.customerRef(customer)
 	if e != nil {
 		return fail(e)
@@ -512,8 +504,6 @@ func (s *Stripe) createRefund(c *apiCall) apiResult {
 	}
 	b := s.batch(c)
 	defer b.send()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var ch *stripeCharge
 	switch chID, piID := f.str("charge"), f.str("payment_intent"); {
 	case chID != "" && piID != "":

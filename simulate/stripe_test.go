@@ -780,3 +780,41 @@ func TestStripeAPIErrors(t *testing.T) {
 	}
 	env.hook.waitEvent(t, "checkout.session.expired", 1)
 }
+
+// Answers are snapshots: retrieving a session while its page is paid
+// neither races (go test -race) nor shows a half-paid session.
+func TestStripeRetrieveWhilePaying(t *testing.T) {
+	env := newStripeEnv(t, simulate.StripeConfig{})
+	ctx := context.Background()
+	p := sessionParams("acct_c", 2500)
+	p.CustomerCreation = stripe.String("always")
+	sess, err := env.sc.V1CheckoutSessions.Create(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				got, err := env.sc.V1CheckoutSessions.Retrieve(ctx, sess.ID, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				paid := got.PaymentStatus == stripe.CheckoutSessionPaymentStatusPaid
+				if paid != (got.Status == stripe.CheckoutSessionStatusComplete) || paid != (got.Customer != nil) {
+					t.Errorf("half-paid session: status %s, payment_status %s, customer %v", got.Status, got.PaymentStatus, got.Customer)
+				}
+			}
+		}()
+	}
+	payOnPage(t, sess.URL, "pay", "")
+	wg.Wait()
+	done := env.hook.sessionEvent(t, "checkout.session.completed", sess.ID)
+	if done.Customer == nil || !strings.HasPrefix(done.Customer.ID, "cus_") || done.CustomerDetails == nil || done.CustomerDetails.Email != "ann@example.com" {
+		t.Fatalf("customer_creation=always: %+v %+v", done.Customer, done.CustomerDetails)
+	}
+	env.hook.waitEvent(t, "customer.created", 1)
+}
