@@ -45,9 +45,11 @@ type StripeConfig struct {
 	WebhookDelay time.Duration
 	// WebhookRetryBase is the wait after a failed attempt, doubled after
 	// each further failure up to WebhookRetryMax (defaults 2s and 1m; Stripe
-	// itself retries for up to three days).
+	// spreads its retries over hours).
 	WebhookRetryBase, WebhookRetryMax time.Duration
-	// WebhookAttempts bounds the attempts of one delivery (default 10).
+	// WebhookAttempts bounds the attempts of one delivery (default 4: the
+	// first and three retries, as Stripe makes in test mode; in live mode it
+	// keeps trying for three days).
 	WebhookAttempts int
 	// WebhookTimeout bounds one attempt (default 10s).
 	WebhookTimeout time.Duration
@@ -114,7 +116,7 @@ func NewStripe(cfg StripeConfig) *Stripe {
 		cfg.WebhookRetryMax = time.Minute
 	}
 	if cfg.WebhookAttempts <= 0 {
-		cfg.WebhookAttempts = 10
+		cfg.WebhookAttempts = 4
 	}
 	if cfg.WebhookTimeout <= 0 {
 		cfg.WebhookTimeout = 10 * time.Second

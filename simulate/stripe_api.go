@@ -98,6 +98,11 @@ func (s *Stripe) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call.idemKey = strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if len(call.idemKey) > 255 {
+		e := invalidRequest("", "", "Idempotency-Key: keys can be up to 255 characters long (this one has %d).", len(call.idemKey))
+		writeStripeJSON(w, e.status, errorBody(e))
+		return
+	}
 	endpoint := r.Method + " " + r.URL.Path
 	if call.idemKey != "" {
 		replayed, e := s.claimIdempotency(key, call.idemKey, endpoint, call.form.canonical(), w)
