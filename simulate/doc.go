@@ -59,7 +59,7 @@
 //	type StripeConfig struct  SecretKey, PublicURL, WebhookURL, WebhookSecret, WebhookEvents,
 //	                          APIVersion, WebhookDelay, WebhookRetryBase, WebhookRetryMax,
 //	                          WebhookAttempts, WebhookTimeout, WebhookDuplicates, Decline,
-//	                          AsyncDelay, MaxRecorded
+//	                          SessionLifetime, AsyncDelay, MaxRecorded
 //	func NewStripe(StripeConfig) *Stripe
 //	func StartStripe(StripeConfig) (*RunningStripe, error); func ListenStripe(StripeConfig, addr string) (*RunningStripe, error)
 //	(*Stripe) ServeHTTP, Close, WebhookSecret, DeclineNext, Dispute, CloseDispute, Events,

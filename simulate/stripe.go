@@ -63,6 +63,10 @@ type StripeConfig struct {
 	// ...); empty lets the card decide (see the test cards in
 	// docs/simulator.md). (*Stripe).DeclineNext declines one attempt.
 	Decline string
+	// SessionLifetime is how long a Checkout Session stays open when its
+	// creator gives no expires_at (default 24h, Stripe's); at its end the
+	// session expires and checkout.session.expired is sent. Tests shorten it.
+	SessionLifetime time.Duration
 	// AsyncDelay is how long a "Pay later" payment on the Checkout page
 	// takes to settle (default 5s).
 	AsyncDelay time.Duration
@@ -120,6 +124,9 @@ func NewStripe(cfg StripeConfig) *Stripe {
 	}
 	if cfg.WebhookTimeout <= 0 {
 		cfg.WebhookTimeout = 10 * time.Second
+	}
+	if cfg.SessionLifetime <= 0 {
+		cfg.SessionLifetime = 24 * time.Hour
 	}
 	if cfg.AsyncDelay <= 0 {
 		cfg.AsyncDelay = 5 * time.Second

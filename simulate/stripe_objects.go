@@ -1,5 +1,7 @@
 package simulate
 
+import "time"
+
 // The simulated Stripe's objects, in its JSON shapes (API version
 // 2025-08-27.basil): "id" and "object" first, then the fields in
 // alphabetical order, null where Stripe sends null. Fields that name another
@@ -62,7 +64,8 @@ type stripeSession struct {
 	setupFutureUsage string
 	intentMetadata   map[string]string
 	explicitPMTypes  bool
-	createdCustomer  string // made for customer_creation=always, kept across attempts
+	createdCustomer  string    // made for customer_creation=always, kept across attempts
+	expiresAt        time.Time // ExpiresAt, to the nanosecond (SessionLifetime may be short)
 }
 
 type stripeIntent struct {

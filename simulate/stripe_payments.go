@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -110,14 +111,14 @@ func (s *Stripe) createSession(c *apiCall) apiResult {
 		return fail(invalidRequest("amount_too_large", "", "The Checkout Session's total amount due must be no more than $999,999.99 usd"))
 	}
 	now := time.Now()
-	expires := now.Add(24 * time.Hour).Unix()
+	expires := now.Add(s.cfg.SessionLifetime)
 	if v, present, e := f.int("expires_at"); e != nil {
 		return fail(e)
 	} else if present {
-		if v < now.Add(30*time.Minute).Unix()-5 || v > expires {
+		if v < now.Add(30*time.Minute).Unix()-5 || v > now.Add(24*time.Hour).Unix() {
 			return fail(invalidRequest("", "expires_at", "The `expires_at` timestamp must be between 30 minutes and 24 hours from Checkout Session creation."))
 		}
-		expires = v
+		expires = time.Unix(v, 0)
 	}
 	pmTypes := f.list("payment_method_types")
 	explicitTypes := len(pmTypes) > 0
@@ -135,12 +136,21 @@ func (s *Stripe) createSession(c *apiCall) apiResult {
 		AmountSubtotal: total, AmountTotal: total,
 		CancelURL: f.strPtr("cancel_url"), ClientReferenceID: f.strPtr("client_reference_id"),
 		Created: now.Unix(), Currency: currency, Customer: cust, CustomerCreation: creation,
-		CustomerEmail: f.strPtr("customer_email"), ExpiresAt: expires, Metadata: md, Mode: mode,
+		CustomerEmail: f.strPtr("customer_email"), ExpiresAt: expires.Unix(), Metadata: md, Mode: mode,
 		PaymentMethodTypes: pmTypes, PaymentStatus: "unpaid", Status: "open",
 		SuccessURL: f.strPtr("success_url"), UIMode: "hosted", URL: strp(c.base + "/c/pay/" + id),
 		items: items, setupFutureUsage: sfu, intentMetadata: piMD, explicitPMTypes: explicitTypes,
+		expiresAt: expires,
 	}
 	s.sessions[id] = sess
+	// Stripe expires an unpaid session on its own at expires_at.
+	s.goBackground(func(ctx context.Context) {
+		if sleep(ctx, time.Until(expires)) {
+			s.mu.Lock()
+			s.expireIfDue(sess)
+			s.mu.Unlock()
+		}
+	})
 	return s.expanded(sess, f.list("expand"))
 }
 
@@ -216,11 +226,10 @@ func (s *Stripe) expireSession(c *apiCall, id string) apiResult {
 	return s.expanded(sess, c.form.list("expand"))
 }
 
-// expireIfDue expires an open session past its expires_at (Stripe expires
-// sessions on its own; the simulator does it when one is next looked at).
-// Called with s.mu held.
+// expireIfDue expires an open session past its expires_at: at that moment
+// (a timer), or when it is looked at first. Called with s.mu held.
 func (s *Stripe) expireIfDue(sess *stripeSession) {
-	if sess.Status == "open" && time.Now().Unix() >= sess.ExpiresAt {
+	if sess.Status == "open" && !time.Now().Before(sess.expiresAt) {
 		b := &eventBatch{s: s}
 		s.expire(sess, b)
 		b.send()

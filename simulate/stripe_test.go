@@ -818,3 +818,32 @@ func TestStripeRetrieveWhilePaying(t *testing.T) {
 	}
 	env.hook.waitEvent(t, "customer.created", 1)
 }
+
+// An unpaid session expires on its own at the end of its lifetime.
+func TestStripeSessionExpiresOnItsOwn(t *testing.T) {
+	env := newStripeEnv(t, simulate.StripeConfig{SessionLifetime: 100 * time.Millisecond})
+	ctx := context.Background()
+	sess, err := env.sc.V1CheckoutSessions.Create(ctx, sessionParams("acct_e", 2500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := env.hook.sessionEvent(t, "checkout.session.expired", sess.ID)
+	if expired.Status != stripe.CheckoutSessionStatusExpired || expired.URL != "" {
+		t.Fatalf("expired session: %+v", expired)
+	}
+	resp, err := browser.PostForm(sess.URL, url.Values{"action": {"pay"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(page), "expired") {
+		t.Fatalf("paying an expired session: %d %s", resp.StatusCode, page)
+	}
+	if _, err := env.sc.V1CheckoutSessions.Expire(ctx, sess.ID, nil); err == nil {
+		t.Fatal("expired an expired session")
+	}
+	if n := len(env.hook.ofType("checkout.session.expired")); n != 1 {
+		t.Fatalf("%d expired events", n)
+	}
+}

@@ -89,6 +89,7 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&sc.dups, "stripe-webhook-duplicates", 0, "stripe: extra copies of every event delivered")
 	fs.StringVar(&sc.decline, "stripe-decline", "", "stripe: decline every payment with this decline code (generic_decline, insufficient_funds, ...)")
 	fs.DurationVar(&sc.async, "stripe-async-delay", 5*time.Second, "stripe: how long a Pay later payment takes to settle")
+	fs.DurationVar(&sc.lifetime, "stripe-session-lifetime", 24*time.Hour, "stripe: how long an unpaid Checkout Session stays open")
 	fs.StringVar(&sc.public, "stripe-public-url", "", "stripe: base URL of the Checkout pages it hands out (default: the listen address)")
 	fs.Var(&models, "model", "served model name (repeatable; default sim-model)")
 	fs.Usage = func() {
@@ -208,7 +209,7 @@ func (c *simulateCmd) runSearch(ctx context.Context, provider, listen, fault, to
 // stripeFlags are the --stripe-* flags.
 type stripeFlags struct {
 	key, hookURL, secret, events, decline, public string
-	delay, async                                  time.Duration
+	delay, async, lifetime                        time.Duration
 	dups                                          int
 }
 
@@ -216,7 +217,7 @@ type stripeFlags struct {
 func (c *simulateCmd) runStripe(ctx context.Context, listen string, f stripeFlags, noRecord bool) error {
 	cfg := simulate.StripeConfig{SecretKey: f.key, PublicURL: f.public, WebhookURL: f.hookURL,
 		WebhookSecret: f.secret, WebhookDelay: f.delay, WebhookDuplicates: f.dups, Decline: f.decline,
-		AsyncDelay: f.async, MaxRecorded: 1000}
+		AsyncDelay: f.async, SessionLifetime: f.lifetime, MaxRecorded: 1000}
 	if f.events != "" {
 		cfg.WebhookEvents = strings.Split(f.events, ",")
 	}
