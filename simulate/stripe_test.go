@@ -424,6 +424,12 @@ func TestStripeWebhookSignatureAndSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(150 * time.Millisecond) // several retry intervals: no third attempt comes
+	for _, d := range env.run.Deliveries() {
+		if d.Attempt > 2 {
+			t.Fatalf("attempt %d beyond WebhookAttempts 2: %+v", d.Attempt, d)
+		}
+	}
 	env.hook.mu.Lock()
 	rejected := env.hook.rejected
 	env.hook.mu.Unlock()
@@ -845,5 +851,28 @@ func TestStripeSessionExpiresOnItsOwn(t *testing.T) {
 	}
 	if n := len(env.hook.ofType("checkout.session.expired")); n != 1 {
 		t.Fatalf("%d expired events", n)
+	}
+}
+
+// A redirect is a failed delivery: Stripe follows none.
+func TestStripeWebhookRedirectIsAFailure(t *testing.T) {
+	env := newStripeEnv(t, simulate.StripeConfig{WebhookAttempts: 2, WebhookEvents: []string{"customer.created"}})
+	moved := httptest.NewServer(http.RedirectHandler(env.hook.ts.URL, http.StatusMovedPermanently))
+	defer moved.Close()
+	env.run.SetWebhook(moved.URL)
+	if _, err := env.sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range env.run.Deliveries() {
+		if d.Status != http.StatusMovedPermanently || d.OK() {
+			t.Fatalf("delivery to a redirect: %+v", d)
+		}
+	}
+	if n := len(env.hook.received()); n != 0 {
+		t.Fatalf("the redirect was followed: %d events at its target", n)
 	}
 }
