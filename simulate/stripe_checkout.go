@@ -209,7 +209,8 @@ func (s *Stripe) payOnPage(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	pi.Customer = cust
 	pm := s.newMethod(card, async != "")
-	if err := s.attempt(payment{intent: pi, method: pm, card: card, async: async}, b, base); err != nil {
+	pay := payment{intent: pi, method: pm, card: card, async: async}
+	if err := s.attempt(pay, b, base); err != nil {
 		v := s.sessionView(sess)
 		v.Error = err.Message
 		renderCheckout(w, http.StatusPaymentRequired, v)
@@ -229,6 +230,7 @@ func (s *Stripe) payOnPage(w http.ResponseWriter, r *http.Request, id string) {
 		s.goBackground(func(ctx context.Context) { s.settleAsync(ctx, sess.ID, async == "succeed", base) })
 	}
 	b.add("checkout.session.completed", sess)
+	s.disputeIfTestCard(pay, b)
 	if sess.SuccessURL == nil {
 		renderCheckout(w, http.StatusOK, s.sessionView(sess))
 		return

@@ -301,10 +301,15 @@ func (s *Stripe) attempt(p payment, b *eventBatch, base string) *stripeError {
 		return nil
 	}
 	s.succeed(pi, ch, base, b)
-	if p.card.dispute {
+	return nil
+}
+
+// disputeIfTestCard opens the dispute the dispute test card brings once
+// its payment is done (its other events sent first). Called with s.mu held.
+func (s *Stripe) disputeIfTestCard(p payment, b *eventBatch) {
+	if ch := s.charges[idOf(p.intent.LatestCharge)]; p.card.dispute && ch != nil && ch.Status == "succeeded" {
 		s.openDispute(ch, ch.Amount, "fraudulent", b)
 	}
-	return nil
 }
 
 // succeed marks a charge and its PaymentIntent paid. Called with s.mu held.
@@ -452,8 +457,8 @@ func (s *Stripe) createIntent(c *apiCall) apiResult {
 	if !confirm {
 		return s.expanded(pi, f.list("expand"))
 	}
-	pi.ConfirmationMethod = "automatic"
-	if err := s.attempt(payment{intent: pi, method: pm, card: lookupCard(pm.number), offSession: offSession}, b, c.base); err != nil {
+	pay := payment{intent: pi, method: pm, card: lookupCard(pm.number), offSession: offSession}
+	if err := s.attempt(pay, b, c.base); err != nil {
 		err.PaymentIntent = pi
 		return fail(err)
 	}
@@ -464,6 +469,7 @@ func (s *Stripe) createIntent(c *apiCall) apiResult {
 			pm.used = true
 		}
 	}
+	s.disputeIfTestCard(pay, b)
 	return s.expanded(pi, f.list("expand"))
 }
 

@@ -678,6 +678,22 @@ func TestStripeRefundAndDispute(t *testing.T) {
 	if dpEv.Amount != 1500 || dpEv.Reason != stripe.DisputeReasonFraudulent {
 		t.Fatalf("test-card dispute: %+v", dpEv)
 	}
+	// The dispute follows the payment: its session completed first.
+	env.hook.sessionEvent(t, "checkout.session.completed", sess3.ID)
+	completedAt, disputedAt := -1, -1
+	for i, ev := range env.hook.received() {
+		var obj struct{ ID string }
+		json.Unmarshal(ev.Data.Raw, &obj)
+		if ev.Type == "checkout.session.completed" && obj.ID == sess3.ID {
+			completedAt = i
+		}
+		if ev.Type == "charge.dispute.created" && obj.ID == dpEv.ID {
+			disputedAt = i
+		}
+	}
+	if completedAt < 0 || disputedAt < completedAt {
+		t.Fatalf("dispute event at %d, session completed at %d", disputedAt, completedAt)
+	}
 	if err := env.run.CloseDispute(dpEv.ID, false); err != nil {
 		t.Fatal(err)
 	}
