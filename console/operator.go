@@ -336,9 +336,15 @@ func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// opEntries is how many of an account's operator entries its page lists.
+const opEntries = 50
+
 type opAccountData struct {
-	Row    opAccountRow
-	Keys   []tollgate.Key
+	Row  opAccountRow
+	Keys []tollgate.Key
+	// Entries are the newest of its ledger entries that are not charges
+	// (the opening balance, credits, debits), with notes and who made them.
+	Entries []tollgate.LedgerEntry
 	Invite string // the whole invitation link, shown once
 	Amount string // what was typed, when the form comes back with an error
 	Note   string
@@ -370,6 +376,9 @@ func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status
 		return err
 	}
 	if d.Keys, err = op.st.Keys(r.Context(), id); err != nil {
+		return err
+	}
+	if d.Entries, err = op.st.OperatorEntries(r.Context(), id, opEntries); err != nil {
 		return err
 	}
 	v := op.view(r, a.Name, "accounts")
