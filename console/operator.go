@@ -345,9 +345,9 @@ type opAccountData struct {
 	// Entries are the newest of its ledger entries that are not charges
 	// (the opening balance, credits, debits), with notes and who made them.
 	Entries []tollgate.LedgerEntry
-	Invite string // the whole invitation link, shown once
-	Amount string // what was typed, when the form comes back with an error
-	Note   string
+	Invite  string // the whole invitation link, shown once
+	Amount  string // what was typed, when the form comes back with an error
+	Note    string
 }
 
 var doneNotices = map[string]string{
