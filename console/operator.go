@@ -124,6 +124,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	}
 	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
 	op.mux.Handle("GET /console/static/", files)
+	op.mux.HandleFunc("GET /favicon.ico", favicon)
 	op.mux.HandleFunc("GET /console/signin", op.c.page(op.signinForm))
 	op.mux.HandleFunc("POST /console/signin", op.c.page(op.signin))
 	op.mux.HandleFunc("POST /console/signout", op.c.page(op.signedIn(op.signout)))
@@ -140,7 +141,9 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 }
 
 // Routes is the map the admin listener mounts.
-func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: op} }
+func (op *Operator) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Prefix: op, "/favicon.ico": op}
+}
 
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op.c.headers(w, r)

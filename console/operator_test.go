@@ -254,6 +254,10 @@ func TestOperatorServiceShowsTheLastAuditFromAnywhere(t *testing.T) {
 	b.operatorSignin(adminToken)
 	p := b.get("/console/service")
 	want := `id="audit-result" class="status-revoked">57 problems at ` + at.Format("2006-01-02 15:04") + ` UTC from the CLI: 57 accounts, 3 keys, balances ` + cash("12.5") + ` USD, held ` + cash("0.25") + ` USD; took 1.235s.`
+	// Beside the held figure, why money is held right after traffic.
+	if !regexp.MustCompile(`(?s)` + regexp.QuoteMeta(want) + `</p>\s*<p class="held-note" id="held-note">Held money right after traffic is normal, not stuck`).MatchString(p.body) {
+		t.Errorf("the service page has no note about held money right after the audit's figure")
+	}
 	if !strings.Contains(p.body, want) || strings.Count(p.body, "is below zero</li>") != tollgate.AuditProblemsKept ||
 		!strings.Contains(p.body, "balance &lt;1&gt;") || !strings.Contains(p.body, "<li>and 7 more") || strings.Contains(p.body, "acct_50") {
 		t.Fatalf("service page after a CLI audit, want %q:\n%s", want, p.body)
