@@ -102,9 +102,9 @@ type Behaviour struct {
 	// Echo answers with the last user message's text (its [sim ...] marker
 	// taken out) instead of made-up words, one token per 1 to 3 bytes: for
 	// a client that must show a model's output as text, whatever it holds.
-	Echo bool
-	ToolCalls       int  // tool calls made when tools are offered (0: 1)
-	CachedTokens    int  // prompt tokens reported as cached (capped at the prompt)
+	Echo         bool
+	ToolCalls    int // tool calls made when tools are offered (0: 1)
+	CachedTokens int // prompt tokens reported as cached (capped at the prompt)
 
 	Fault      Fault // failure to inject
 	FaultAfter int   // tokens streamed before stall, cut, malformed and stream_error (0: 2)
@@ -166,7 +166,7 @@ type override struct {
 	b   Behaviour
 	// which fields were given
 	ttft, gap, tokens, reasoning, tools, cached, fault, after, usage, echo bool
-	search, searches, searchTurns, searchFault, cite, citeForeign    bool
+	search, searches, searchTurns, searchFault, cite, citeForeign          bool
 }
 
 func (o *override) apply(b Behaviour) Behaviour {
