@@ -23,7 +23,7 @@ type BillingStore interface {
 }
 
 // runBilling runs the billing part of the suite.
-func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
+func runBilling(t *testing.T, open func(t *testing.T) Store) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s BillingStore)
@@ -47,11 +47,7 @@ func runBilling(t *testing.T, open func(t *testing.T) tollgate.Store) {
 	for _, tc := range tests {
 		t.Run("Billing"+tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, ok := open(t).(BillingStore)
-			if !ok {
-				t.Fatal("the store does not implement the billing methods")
-			}
-			tc.fn(t, s)
+			tc.fn(t, open(t))
 		})
 	}
 }

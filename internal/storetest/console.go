@@ -14,7 +14,7 @@ import (
 )
 
 // runConsole runs the console's store tests (tollgate.ConsoleStore).
-func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
+func runConsole(t *testing.T, open func(t *testing.T) Store) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s BillingStore, c tollgate.ConsoleStore)
@@ -32,11 +32,7 @@ func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		t.Run("Console"+tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := open(t)
-			c, ok := s.(tollgate.ConsoleStore)
-			if !ok {
-				t.Fatal("the store does not implement tollgate.ConsoleStore")
-			}
-			tc.fn(t, s.(BillingStore), c)
+			tc.fn(t, s, s)
 		})
 	}
 }
@@ -93,7 +89,7 @@ func testConsoleInvite(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
 // reset must lock out whoever held one) and revokes their playground keys,
 // and tells the auth caches (AuthVersion); other accounts' sessions stay.
 func testConsoleInviteEndsSessions(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
-	ks := s.(tollgate.KeyStore)
+	ks := s
 	a, play := fundedKey(t, s, usd("1"), nil)
 	own := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Name: "own", Created: t0}
 	if err := ks.CreateKey(ctx(t), own, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
