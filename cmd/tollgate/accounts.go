@@ -85,14 +85,7 @@ func (c *accountsListCmd) Run(ctx context.Context, args []string) error {
 Lists every account, oldest first.`, c.stderr)
 	c.registerConfigFlag(fs)
 	fs.BoolVar(&c.json, "json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, ""); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, err := c.openFlagsOnly(ctx, fs, args)
 	if err != nil {
 		return err
 	}

@@ -134,14 +134,7 @@ Lists keys, oldest first, with their prefixes (the secrets are not stored).`, c.
 	c.registerConfigFlag(fs)
 	fs.StringVar(&c.account, "account", "", "only this account's keys")
 	fs.BoolVar(&c.json, "json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, ""); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, err := c.openFlagsOnly(ctx, fs, args)
 	if err != nil {
 		return err
 	}
