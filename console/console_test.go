@@ -857,7 +857,7 @@ func TestOverviewFigures(t *testing.T) {
 		shown("balance", "2.749999999999"), // 10 − 7.250000000001
 		shown("spend-today", "0.250000000001"),
 		shown("spend-month", "1.250000000001"),
-		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
+		`<td class="nowrap">tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
 		// The prices are /pricing's: network 3 of 4 requests.
 		`<td class="num">0.12 / 0.4</td>`, `<td class="num">2.2 / 8.8</td>`, `network share 0.75`,
 	} {
