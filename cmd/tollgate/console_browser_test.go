@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/console"
+	"github.com/tollgate/tollgate/internal/browsertest"
 )
 
 // visionModel takes images and tools, for the playground's image and tool.
@@ -74,19 +74,7 @@ func tinyPNG(t *testing.T) []byte {
 // rewrites the screenshots in docs/console/; TOLLGATE_SCREENSHOTS=DIR
 // writes every screenshot, the checks' views too, to DIR.
 func TestConsoleInBrowser(t *testing.T) {
-	if os.Getenv("TOLLGATE_TEST_BROWSER") == "" {
-		t.Skip("TOLLGATE_TEST_BROWSER is not set")
-	}
-	browserPath := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			browserPath = p
-			break
-		}
-	}
-	if browserPath == "" {
-		t.Fatal("TOLLGATE_TEST_BROWSER is set but no Chromium is installed (apt-get install -y chromium)")
-	}
+	browserPath := browsertest.Path(t)
 	// The documentation's screenshots go to docs/console/ with
 	// TOLLGATE_SCREENSHOTS=update; the others (the checks' views at 1280px
 	// and on a phone) to the directory TOLLGATE_SCREENSHOTS names, if any.
@@ -102,7 +90,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	h := newHarness(t, harnessOptions{models: flatModel + visionModel, credit: tollgate.Dollars(5), listen: "  admin: 127.0.0.1:0\n",
 		extraYAML: "admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n"})
 	base := "http://" + h.main.Addr("api")
-	token, _, err := tollgate.IssueInvite(t.Context(), h.main.Store.(tollgate.ConsoleStore), h.acct.ID, time.Now())
+	token, _, err := tollgate.IssueInvite(t.Context(), h.main.Store, h.acct.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +100,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	h.main.Biller.Wait()
 
-	alloc, cancel := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browserPath), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
+	ctx := browsertest.Context(t, browserPath, chromedp.WindowSize(1280, 900))
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, actions...); err != nil {
@@ -581,9 +563,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#audit-result + #held-note`)),
 		shot("operator-service"),
 	)
-	if b, _ := h.main.Store.(interface {
-		Balance(context.Context, string) (tollgate.Balance, error)
-	}).Balance(t.Context(), h.acct.ID); b.Balance <= tollgate.MustParseAmount("7.49") || b.Balance >= tollgate.MustParseAmount("7.5") {
+	if b, _ := h.main.Store.Balance(t.Context(), h.acct.ID); b.Balance <= tollgate.MustParseAmount("7.49") || b.Balance >= tollgate.MustParseAmount("7.5") {
 		t.Errorf("balance after the operator's credit of 2.5: %s", b.Balance)
 	}
 
@@ -594,11 +574,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // keyRequests is how many requests the key was charged for.
 func keyRequests(t *testing.T, h *harness, keyID string) int64 {
 	t.Helper()
-	cs, ok := h.main.Store.(tollgate.ConsoleStore)
-	if !ok {
-		t.Fatal("the store is not a console store")
-	}
-	usage, err := cs.KeyUsage(t.Context(), h.acct.ID)
+	usage, err := h.main.Store.KeyUsage(t.Context(), h.acct.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

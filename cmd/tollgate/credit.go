@@ -51,15 +51,11 @@ func (c *accountsPostCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	bs, err := books(st)
-	if err != nil {
-		return err
-	}
-	e, err := billing.Post(ctx, bs, c.kind, pos[0], amount, c.note, "the CLI as "+cliUser(), time.Now())
+	e, err := billing.Post(ctx, st, c.kind, pos[0], amount, c.note, "the CLI as "+cliUser(), time.Now())
 	if err != nil {
 		return notFound("account", pos[0], err)
 	}
-	b, err := bs.Balance(ctx, pos[0])
+	b, err := st.Balance(ctx, pos[0])
 	if err != nil {
 		return err
 	}

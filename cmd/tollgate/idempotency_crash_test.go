@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/simulate"
@@ -211,7 +210,7 @@ func TestIdempotencyCrashAfterTheChargePostgres(t *testing.T) {
 // process in its place, resends every key after the lease until each has
 // an answer (200 or 410), and checks that the ledger holds exactly one
 // charge per key.
-func idemCrashBatch(t *testing.T, st tollgate.Store, f *procFleet, procs []*proc, apiKey, accountID string) {
+func idemCrashBatch(t *testing.T, st Store, f *procFleet, procs []*proc, apiKey, accountID string) {
 	t.Helper()
 	charged := len(charges(t, st, accountID))
 	env := func(name, def string) string {
@@ -302,7 +301,7 @@ func idemCrashBatch(t *testing.T, st tollgate.Store, f *procFleet, procs []*proc
 	// The books add up once the dead process's holds are swept.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r, err := billing.Audit(context.Background(), st.(billing.BooksStore), time.Now(), 0)
+		r, err := billing.Audit(context.Background(), st, time.Now(), 0)
 		if err == nil && r.OK {
 			break
 		}
