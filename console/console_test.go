@@ -716,6 +716,14 @@ func TestLoginCSRF(t *testing.T) {
 		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
 	}
 
+	// A well-formed pre-session the server did not sign gets no token: the
+	// sign-in page starts a new one instead.
+	unsigned := made + "." + itoa(e.clock.now().Add(time.Hour).Unix()) + ".c2lnbmF0dXJl"
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: unsigned, Path: "/console/"}})
+	if r := victim.get("/console/signin"); !strings.Contains(r.header.Get("Set-Cookie"), "tg_form=") || strings.Contains(r.header.Get("Set-Cookie"), unsigned) {
+		t.Errorf("the sign-in page kept a pre-session it did not sign: Set-Cookie %q", r.header.Get("Set-Cookie"))
+	}
+
 	// 2. A genuine pre-session the attacker fetched and planted, sent from
 	// the attacker's page: the browser says where the form came from.
 	evil := e.browser(t)
