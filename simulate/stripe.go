@@ -182,18 +182,19 @@ func (s *Stripe) DeclineNext(declineCodes ...string) {
 }
 
 // goBackground runs f in the background; Close cancels its ctx and waits
-// for it. After Close it does nothing.
-func (s *Stripe) goBackground(f func(ctx context.Context)) {
+// for it. After Close it does nothing and returns false.
+func (s *Stripe) goBackground(f func(ctx context.Context)) bool {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
 	if s.bgClosed {
-		return
+		return false
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		f(s.ctx)
 	}()
+	return true
 }
 
 // RunningStripe is a simulated Stripe listening on a real port.

@@ -892,3 +892,33 @@ func TestStripeWebhookRedirectIsAFailure(t *testing.T) {
 		t.Fatalf("the redirect was followed: %d events at its target", n)
 	}
 }
+
+// Close stops pending deliveries (delayed, retrying, duplicated) at once.
+func TestStripeCloseStopsDeliveries(t *testing.T) {
+	hook := newHookReceiver(t)
+	hook.failN.Store(1000)
+	secret := "whsec_close"
+	hook.secret.Store(&secret)
+	run, err := simulate.StartStripe(simulate.StripeConfig{WebhookURL: hook.ts.URL, WebhookSecret: secret,
+		WebhookDuplicates: 2, WebhookRetryBase: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := stripeClient(run.URL(), testKey)
+	if _, err := sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every copy fails its first attempt and waits an hour to retry.
+	if err := run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	run.SetWebhookDelay(time.Hour)
+	sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{})
+	closed := make(chan struct{})
+	go func() { run.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for pending deliveries")
+	}
+}

@@ -308,10 +308,13 @@ func (h *webhookSender) deliverAll(ctx context.Context, evs []*stripeEvent) {
 		var wg sync.WaitGroup
 		for cp := 1; cp <= dups; cp++ {
 			wg.Add(1)
-			h.s.goBackground(func(ctx context.Context) {
+			started := h.s.goBackground(func(ctx context.Context) {
 				defer wg.Done()
 				h.deliver(ctx, ev, cp)
 			})
+			if !started { // closing
+				wg.Done()
+			}
 		}
 		if h.attempt(ctx, ev, 0, 1) {
 			wg.Wait()
