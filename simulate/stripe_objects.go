@@ -109,7 +109,6 @@ type stripePaymentMethodDetails struct {
 type stripeOutcome struct {
 	NetworkStatus string  `json:"network_status"`
 	Reason        *string `json:"reason"`
-	RiskLevel     string  `json:"risk_level"`
 	SellerMessage string  `json:"seller_message"`
 	Type          string  `json:"type"`
 }

@@ -261,7 +261,7 @@ func (s *Stripe) attempt(p payment, b *eventBatch, base string) *stripeError {
 	ch := &stripeCharge{
 		ID: newID("ch"), Object: "charge", Amount: pi.Amount, Created: now, Currency: pi.Currency,
 		Customer: pi.Customer, Metadata: pi.Metadata, PaymentIntent: pi.ID, PaymentMethod: p.method.ID,
-		Outcome: stripeOutcome{NetworkStatus: "approved_by_network", RiskLevel: "normal",
+		Outcome: stripeOutcome{NetworkStatus: "approved_by_network",
 			SellerMessage: "Payment complete.", Type: "authorized"},
 		PaymentMethodDetails: stripePaymentMethodDetails{Type: p.method.Type, Card: p.method.Card},
 	}
@@ -280,7 +280,7 @@ func (s *Stripe) attempt(p payment, b *eventBatch, base string) *stripeError {
 	if decline != "" {
 		e := declineError(decline)
 		ch.Status, ch.FailureCode, ch.FailureMessage = "failed", strp(e.Code), strp(e.Message)
-		ch.Outcome = stripeOutcome{NetworkStatus: "declined_by_network", Reason: strp(decline), RiskLevel: "normal",
+		ch.Outcome = stripeOutcome{NetworkStatus: "declined_by_network", Reason: strp(decline),
 			SellerMessage: "The bank did not return any further details with this decline.", Type: "issuer_declined"}
 		last := *e
 		last.PaymentMethod = p.method
