@@ -263,6 +263,8 @@ func (s *Stripe) handle(c *apiCall) apiResult {
 		return s.retrieve(c, "payment_method", "payment_method", parts[1])
 	case n == 2 && parts[0] == "events" && get:
 		return s.retrieveEvent(parts[1])
+	case n == 1 && parts[0] == "events" && get:
+		return s.listEvents(c)
 	}
 	return fail(&stripeError{status: http.StatusNotFound, Type: "invalid_request_error",
 		Message: "Unrecognized request URL (" + c.r.Method + ": " + c.r.URL.Path + "). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."})
@@ -417,12 +419,124 @@ func expandable(field string) bool {
 	return false
 }
 
+// retrieveEvent answers an event as delivered, but for pending_webhooks,
+// which counts the endpoints still to accept it now.
 func (s *Stripe) retrieveEvent(id string) apiResult {
 	ev := s.events[id]
 	if ev == nil {
 		return fail(noSuch("event", "id", id))
 	}
-	return ok(json.RawMessage(ev.payload))
+	return ok(ev.current())
+}
+
+// listEvents answers GET /v1/events: newest first, `limit` (1 to 100,
+// default 10), `starting_after` / `ending_before` (event ids), `type` (a
+// type, or a prefix with "*": "charge.dispute.*"), `types[]`,
+// `created[gt|gte|lt|lte]` (or `created=`), `delivery_success`.
+func (s *Stripe) listEvents(c *apiCall) apiResult {
+	f := c.form
+	limit := int64(10)
+	if n, present, e := f.int("limit"); e != nil {
+		return fail(e)
+	} else if present {
+		if n < 1 || n > 100 {
+			return fail(invalidRequest("", "limit", "Invalid limit: must be between 1 and 100"))
+		}
+		limit = n
+	}
+	types := f.list("types")
+	if t := f.str("type"); t != "" {
+		types = append(types, t)
+	}
+	var bounds [4]*int64 // gt, gte, lt, lte
+	for i, op := range []string{"gt", "gte", "lt", "lte"} {
+		n, present, e := f.int("created[" + op + "]")
+		if e != nil {
+			return fail(e)
+		}
+		if present {
+			bounds[i] = &n
+		}
+	}
+	if n, present, e := f.int("created"); e != nil {
+		return fail(e)
+	} else if present {
+		bounds[1], bounds[3] = &n, &n
+	}
+	delivered, filterDelivery := false, f.has("delivery_success")
+	if filterDelivery {
+		var e *stripeError
+		if delivered, e = f.bool("delivery_success"); e != nil {
+			return fail(e)
+		}
+	}
+	after, before := f.str("starting_after"), f.str("ending_before")
+	for _, id := range []string{after, before} {
+		if id != "" && s.events[id] == nil {
+			return fail(noSuch("event", "starting_after", id))
+		}
+	}
+	matches := func(ev *stripeEvent) bool {
+		if len(types) > 0 {
+			found := false
+			for _, t := range types {
+				if t == ev.Type || strings.HasSuffix(t, "*") && strings.HasPrefix(ev.Type, strings.TrimSuffix(t, "*")) {
+					found = true
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		c := ev.Created
+		if bounds[0] != nil && c <= *bounds[0] || bounds[1] != nil && c < *bounds[1] ||
+			bounds[2] != nil && c >= *bounds[2] || bounds[3] != nil && c > *bounds[3] {
+			return false
+		}
+		return !filterDelivery || (ev.PendingWebhooks == 0) == delivered
+	}
+	// Newest first; starting_after takes the older ones after an id,
+	// ending_before the newer ones before it (still newest first).
+	var newestFirst []*stripeEvent
+	for i := len(s.eventOrder) - 1; i >= 0; i-- {
+		newestFirst = append(newestFirst, s.events[s.eventOrder[i]])
+	}
+	var window []*stripeEvent
+	switch {
+	case after != "":
+		for i, ev := range newestFirst {
+			if ev.ID == after {
+				window = newestFirst[i+1:]
+			}
+		}
+	case before != "":
+		for i, ev := range newestFirst {
+			if ev.ID == before {
+				window = newestFirst[:i]
+			}
+		}
+	default:
+		window = newestFirst
+	}
+	var picked []*stripeEvent
+	for _, ev := range window {
+		if matches(ev) {
+			picked = append(picked, ev)
+		}
+	}
+	hasMore := int64(len(picked)) > limit
+	if hasMore {
+		if before != "" {
+			picked = picked[len(picked)-int(limit):]
+		} else {
+			picked = picked[:limit]
+		}
+	}
+	data := make([]json.RawMessage, len(picked))
+	for i, ev := range picked {
+		data[i] = ev.current()
+	}
+	return ok(stripeList{Object: "list", Data: data, HasMore: hasMore, URL: "/v1/events"})
 }
 
 func (s *Stripe) sessionLineItems(id string) apiResult {

@@ -922,3 +922,59 @@ func TestStripeCloseStopsDeliveries(t *testing.T) {
 		t.Fatal("Close waited for pending deliveries")
 	}
 }
+
+// Events can be listed as Stripe lists them, and those the endpoint never
+// accepted found (delivery_success=false): what an operator does when a
+// webhook is lost.
+func TestStripeListEvents(t *testing.T) {
+	env := newStripeEnv(t, simulate.StripeConfig{WebhookAttempts: 1})
+	ctx := context.Background()
+	env.hook.failN.Store(1) // the first delivery is lost
+	cus, err := env.sc.V1Customers.Create(ctx, &stripe.CustomerCreateParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := env.sc.V1CheckoutSessions.Create(ctx, sessionParams("acct_l", 2500))
+	payOnPage(t, sess.URL, "pay", "")
+	env.hook.sessionEvent(t, "checkout.session.completed", sess.ID)
+
+	lost := &stripe.EventListParams{DeliverySuccess: stripe.Bool(false)}
+	var lostIDs []string
+	for ev, err := range env.sc.V1Events.List(ctx, lost) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		lostIDs = append(lostIDs, string(ev.Type))
+		if ev.PendingWebhooks != 1 {
+			t.Fatalf("a lost event with pending_webhooks %d", ev.PendingWebhooks)
+		}
+	}
+	if len(lostIDs) != 1 || lostIDs[0] != "customer.created" {
+		t.Fatalf("undelivered events: %v (want the customer.created of %s)", lostIDs, cus.ID)
+	}
+
+	// Paging through the session's events two at a time, newest first.
+	p := &stripe.EventListParams{Types: []*string{stripe.String("charge.*"), stripe.String("checkout.session.completed")}}
+	p.Limit = stripe.Int64(1)
+	var types []string
+	for ev, err := range env.sc.V1Events.List(ctx, p) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, string(ev.Type))
+	}
+	if strings.Join(types, ",") != "checkout.session.completed,charge.succeeded" {
+		t.Fatalf("listed %v", types)
+	}
+	delivered := &stripe.EventListParams{DeliverySuccess: stripe.Bool(true), Type: stripe.String("payment_intent.succeeded")}
+	n := 0
+	for ev, err := range env.sc.V1Events.List(ctx, delivered) {
+		if err != nil || ev.PendingWebhooks != 0 {
+			t.Fatalf("delivered event: %+v %v", ev, err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d delivered payment_intent.succeeded events", n)
+	}
+}

@@ -52,6 +52,7 @@ type stripeEvent struct {
 	Type            string             `json:"type"`
 
 	payload []byte
+	wanted  bool // the endpoint is subscribed to it: it is delivered
 }
 
 type stripeEventData struct {
@@ -104,7 +105,7 @@ func (b *eventBatch) add(typ string, obj any) {
 	ev := &stripeEvent{ID: newID("evt"), Object: "event", APIVersion: s.cfg.APIVersion, Created: time.Now().Unix(),
 		Data: stripeEventData{Object: raw}, Request: b.request, Type: typ}
 	if s.hooks.wants(typ) {
-		ev.PendingWebhooks = 1
+		ev.wanted, ev.PendingWebhooks = true, 1
 	}
 	ev.payload, err = json.MarshalIndent(ev, "", "  ")
 	if err != nil {
@@ -113,6 +114,17 @@ func (b *eventBatch) add(typ string, obj any) {
 	s.events[ev.ID] = ev
 	s.eventOrder = append(s.eventOrder, ev.ID)
 	b.events = append(b.events, ev)
+}
+
+// current is the event as the API shows it now: as delivered, with
+// pending_webhooks brought up to date. Called with s.mu held.
+func (ev *stripeEvent) current() json.RawMessage {
+	cp := *ev
+	out, err := json.MarshalIndent(&cp, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // send hands the batch to the webhook sender. It does not take s.mu.
@@ -272,7 +284,7 @@ func (s *Stripe) WaitDeliveries(timeout time.Duration, cond func([]WebhookDelive
 func (h *webhookSender) dispatch(evs []*stripeEvent) {
 	var send []*stripeEvent
 	for _, ev := range evs {
-		if ev.PendingWebhooks > 0 {
+		if ev.wanted {
 			send = append(send, ev)
 		}
 	}
@@ -375,6 +387,12 @@ func (h *webhookSender) attempt(ctx context.Context, ev *stripeEvent, cp, n int)
 		return true // closing: neither log nor retry
 	}
 	d.At = time.Now()
+	if d.OK() {
+		// The endpoint has it: the event no longer waits for a webhook.
+		h.s.mu.Lock()
+		ev.PendingWebhooks = 0
+		h.s.mu.Unlock()
+	}
 	h.mu.Lock()
 	h.log = append(h.log, d)
 	h.mu.Unlock()
