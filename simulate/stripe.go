@@ -53,6 +53,11 @@ type StripeConfig struct {
 	WebhookAttempts int
 	// WebhookTimeout bounds one attempt (default 10s).
 	WebhookTimeout time.Duration
+	// WebhookClockSkew is subtracted from the time a delivery is signed
+	// with (t= in Stripe-Signature), as from a sender whose clock is behind:
+	// beyond the endpoint's tolerance (stripe-go's is 5 minutes) the
+	// signature is stale and must be refused.
+	WebhookClockSkew time.Duration
 	// WebhookDuplicates delivers every event this many extra times, each
 	// copy at the same moment as the original (the same event id, signed
 	// separately): Stripe may deliver an event more than once.

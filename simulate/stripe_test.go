@@ -436,22 +436,43 @@ func TestStripeWebhookSignatureAndSecret(t *testing.T) {
 	if len(rejected) == 0 || !errors.Is(rejected[0], webhook.ErrNoValidSignature) {
 		t.Fatalf("rejections: %v", rejected)
 	}
+	// A sender six minutes behind signs stale deliveries: refused.
+	env.run.SetWebhookClockSkew(6 * time.Minute)
+	right0 := "whsec_test_fixed"
+	env.hook.secret.Store(&right0)
+	stale := env.run.Events()[0]
+	if err := env.run.ResendEvent(stale.ID); err != nil {
+		t.Fatal(err)
+	}
+	err = env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+		return ds[len(ds)-1].EventID == stale.ID && ds[len(ds)-1].Status == 400
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.hook.mu.Lock()
+	last := env.hook.rejected[len(env.hook.rejected)-1]
+	env.hook.mu.Unlock()
+	if !errors.Is(last, webhook.ErrTooOld) {
+		t.Fatalf("stale delivery rejected with %v", last)
+	}
+	env.run.SetWebhookClockSkew(0)
 	// Rolling the secret while keeping the old one signs with both.
 	env.run.RollWebhookSecret("whsec_new", true)
 	right := "whsec_new"
 	env.hook.secret.Store(&right)
 	evs := env.run.Events()
-	last := evs[len(evs)-1]
-	if err := env.run.ResendEvent(last.ID); err != nil {
+	newest := evs[len(evs)-1]
+	if err := env.run.ResendEvent(newest.ID); err != nil {
 		t.Fatal(err)
 	}
-	env.hook.waitEvent(t, last.Type, 1)
+	env.hook.waitEvent(t, newest.Type, 1)
 	old := "whsec_test_fixed"
 	env.hook.secret.Store(&old)
-	if err := env.run.ResendEvent(last.ID); err != nil {
+	if err := env.run.ResendEvent(newest.ID); err != nil {
 		t.Fatal(err)
 	}
-	env.hook.waitEvent(t, last.Type, 2)
+	env.hook.waitEvent(t, newest.Type, 2)
 }
 
 func TestStripeWebhooksHeldAndReleasedOutOfOrder(t *testing.T) {

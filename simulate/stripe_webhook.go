@@ -158,6 +158,7 @@ type webhookSender struct {
 	url        string
 	secrets    []string // signing secrets; several during a rotation
 	delay      time.Duration
+	skew       time.Duration
 	duplicates int
 	hold       bool
 	held       []*stripeEvent
@@ -168,7 +169,7 @@ type webhookSender struct {
 func newWebhookSender(s *Stripe, cfg StripeConfig) *webhookSender {
 	return &webhookSender{
 		s: s, cfg: cfg, url: cfg.WebhookURL, secrets: []string{cfg.WebhookSecret},
-		delay: cfg.WebhookDelay, duplicates: cfg.WebhookDuplicates,
+		delay: cfg.WebhookDelay, skew: cfg.WebhookClockSkew, duplicates: cfg.WebhookDuplicates,
 		client: &http.Client{
 			Timeout: cfg.WebhookTimeout,
 			// Stripe does not follow redirects: a 3xx is a failed delivery.
@@ -221,6 +222,13 @@ func (s *Stripe) RollWebhookSecret(secret string, keepOld bool) {
 func (s *Stripe) SetWebhookDelay(d time.Duration) {
 	s.hooks.mu.Lock()
 	s.hooks.delay = d
+	s.hooks.mu.Unlock()
+}
+
+// SetWebhookClockSkew changes how far behind the signing time is.
+func (s *Stripe) SetWebhookClockSkew(d time.Duration) {
+	s.hooks.mu.Lock()
+	s.hooks.skew = d
 	s.hooks.mu.Unlock()
 }
 
@@ -359,7 +367,7 @@ func (h *webhookSender) retry(ctx context.Context, ev *stripeEvent, cp, from int
 // attempt POSTs the event once, signed now, and logs the outcome.
 func (h *webhookSender) attempt(ctx context.Context, ev *stripeEvent, cp, n int) bool {
 	h.mu.Lock()
-	url, secrets := h.url, slices.Clone(h.secrets)
+	url, secrets, skew := h.url, slices.Clone(h.secrets), h.skew
 	h.mu.Unlock()
 	d := WebhookDelivery{EventID: ev.ID, Type: ev.Type, Attempt: n, Copy: cp}
 	if url == "" {
@@ -373,7 +381,7 @@ func (h *webhookSender) attempt(ctx context.Context, ev *stripeEvent, cp, n int)
 		req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
 		req.Header.Set("Accept", "*/*; q=0.5, application/xml")
 		req.Header.Set("Cache-Control", "no-cache")
-		req.Header.Set("Stripe-Signature", signatureHeader(time.Now(), ev.payload, secrets))
+		req.Header.Set("Stripe-Signature", signatureHeader(time.Now().Add(-skew), ev.payload, secrets))
 		resp, err := h.client.Do(req)
 		if err != nil {
 			d.Err = err.Error()
