@@ -94,6 +94,7 @@ type Stripe struct {
 	disputes    map[string]*stripeDispute
 	customers   map[string]*stripeCustomer
 	methods     map[string]*stripeMethod
+	methodSeq   int
 	events      map[string]*stripeEvent
 	eventOrder  []string
 	idem        map[string]*idemEntry

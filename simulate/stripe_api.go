@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 )
 
@@ -539,6 +540,7 @@ func (s *Stripe) listEvents(c *apiCall) apiResult {
 	return ok(stripeList{Object: "list", Data: data, HasMore: hasMore, URL: "/v1/events"})
 }
 
+// sessionLineItems answers GET /v1/checkout/sessions/{id}/line_items.
 func (s *Stripe) sessionLineItems(id string) apiResult {
 	sess := s.sessions[id]
 	if sess == nil {
@@ -547,6 +549,7 @@ func (s *Stripe) sessionLineItems(id string) apiResult {
 	return ok(stripeList{Object: "list", Data: sess.items, URL: "/v1/checkout/sessions/" + id + "/line_items"})
 }
 
+// listMethods answers a customer's saved payment methods, newest first.
 func (s *Stripe) listMethods(c *apiCall, customer string) apiResult {
 	if customer == "" {
 		return fail(missingParam("customer"))
@@ -561,11 +564,6 @@ func (s *Stripe) listMethods(c *apiCall, customer string) apiResult {
 			data = append(data, pm)
 		}
 	}
-	// Newest first, as Stripe lists.
-	for i := 1; i < len(data); i++ {
-		for j := i; j > 0 && data[j].Created > data[j-1].Created; j-- {
-			data[j], data[j-1] = data[j-1], data[j]
-		}
-	}
+	sort.Slice(data, func(i, j int) bool { return data[i].seq > data[j].seq })
 	return ok(stripeList{Object: "list", Data: data, URL: "/v1/customers/" + customer + "/payment_methods"})
 }

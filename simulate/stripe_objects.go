@@ -191,6 +191,7 @@ type stripeMethod struct {
 	Type     string             `json:"type"`
 
 	number string // the test card number it stands for
+	seq    int    // creation order, for listing newest first
 	// used: charged once without being attached to a customer; Stripe
 	// refuses to use such a PaymentMethod again.
 	used bool

@@ -385,17 +385,16 @@ func TestStripeWebhookDelayRetryAndDuplicates(t *testing.T) {
 			t.Fatalf("duplicates carry other ids: %s %s", evs[0].ID, ev.ID)
 		}
 	}
-	var failed, retried bool
-	for _, d := range env.run.Deliveries() {
-		if d.Status == 500 {
-			failed = true
+	err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+		var failed, retried bool
+		for _, d := range ds {
+			failed = failed || d.Status == 500
+			retried = retried || d.Attempt > 1 && d.OK()
 		}
-		if d.Attempt > 1 && d.OK() {
-			retried = true
-		}
-	}
-	if !failed || !retried {
-		t.Fatalf("no failed-then-retried delivery: %+v", env.run.Deliveries())
+		return failed && retried
+	})
+	if err != nil {
+		t.Fatalf("no failed-then-retried delivery: %v", err)
 	}
 	env.hook.mu.Lock()
 	rejected := env.hook.rejected
@@ -413,13 +412,16 @@ func TestStripeWebhookSignatureAndSecret(t *testing.T) {
 	env.hook.secret.Store(&wrong)
 	sess, _ := env.sc.V1CheckoutSessions.Create(context.Background(), sessionParams("acct_x", 700))
 	payOnPage(t, sess.URL, "pay", "")
+	// Every event's deliveries end at their second attempt.
+	events := len(env.run.Events())
 	err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+		second := 0
 		for _, d := range ds {
-			if d.Type == "checkout.session.completed" && d.Attempt == 2 {
-				return true
+			if d.Attempt == 2 {
+				second++
 			}
 		}
-		return false
+		return second == events
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -441,11 +443,12 @@ func TestStripeWebhookSignatureAndSecret(t *testing.T) {
 	right0 := "whsec_test_fixed"
 	env.hook.secret.Store(&right0)
 	stale := env.run.Events()[0]
+	before := len(env.run.Deliveries())
 	if err := env.run.ResendEvent(stale.ID); err != nil {
 		t.Fatal(err)
 	}
 	err = env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
-		return ds[len(ds)-1].EventID == stale.ID && ds[len(ds)-1].Status == 400
+		return len(ds) > before && ds[before].EventID == stale.ID && ds[before].Status == 400
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -955,9 +958,16 @@ func TestStripeListEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == 1 }); err != nil {
+		t.Fatal(err)
+	}
 	sess, _ := env.sc.V1CheckoutSessions.Create(ctx, sessionParams("acct_l", 2500))
 	payOnPage(t, sess.URL, "pay", "")
 	env.hook.sessionEvent(t, "checkout.session.completed", sess.ID)
+	events := len(env.run.Events())
+	if err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == events }); err != nil {
+		t.Fatal(err)
+	}
 
 	lost := &stripe.EventListParams{DeliverySuccess: stripe.Bool(false)}
 	var lostIDs []string

@@ -87,6 +87,7 @@ func (s *Stripe) batch(c *apiCall) *eventBatch {
 	return b
 }
 
+// requestIDOr is the id of the API request behind the events, or def.
 func (b *eventBatch) requestIDOr(def string) string {
 	if b.request.ID != nil {
 		return *b.request.ID
