@@ -80,6 +80,12 @@ func (s *Stripe) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	values := r.URL.Query()
+	if ct := r.Header.Get("Content-Type"); r.Method == http.MethodPost && len(body) > 0 &&
+		!strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		e := invalidRequest("", "", "Invalid request (check that your POST content type is application/x-www-form-urlencoded). If you have any questions, we can help at https://support.stripe.com/.")
+		writeStripeJSON(w, e.status, errorBody(e))
+		return
+	}
 	if r.Method == http.MethodPost {
 		bv, err := url.ParseQuery(string(body))
 		if err != nil {

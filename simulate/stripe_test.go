@@ -747,6 +747,20 @@ func TestStripeAPIErrors(t *testing.T) {
 		t.Fatalf("no key: %d", resp.StatusCode)
 	}
 
+	// A JSON body is not Stripe's v1 encoding.
+	req, _ = http.NewRequest(http.MethodPost, env.run.URL()+"/v1/customers", strings.NewReader(`{"email":"a@example.com"}`))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "application/x-www-form-urlencoded") {
+		t.Fatalf("JSON body: %d %s", resp.StatusCode, body)
+	}
+
 	_, err = env.sc.V1CheckoutSessions.Retrieve(ctx, "cs_test_missing", nil)
 	if !errors.As(err, &se) || se.HTTPStatusCode != 404 || se.Code != stripe.ErrorCodeResourceMissing {
 		t.Fatalf("missing session: %v", err)
