@@ -703,6 +703,14 @@ func TestLoginCSRF(t *testing.T) {
 		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
 	}
 
+	// A well-formed pre-session the server did not sign gets no token: the
+	// sign-in page starts a new one instead.
+	unsigned := made + "." + itoa(e.clock.now().Add(time.Hour).Unix()) + ".c2lnbmF0dXJl"
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: unsigned, Path: "/console/"}})
+	if r := victim.get("/console/signin"); !strings.Contains(r.header.Get("Set-Cookie"), "tg_form=") || strings.Contains(r.header.Get("Set-Cookie"), unsigned) {
+		t.Errorf("the sign-in page kept a pre-session it did not sign: Set-Cookie %q", r.header.Get("Set-Cookie"))
+	}
+
 	// 2. A genuine pre-session the attacker fetched and planted, sent from
 	// the attacker's page: the browser says where the form came from.
 	evil := e.browser(t)
@@ -844,7 +852,7 @@ func TestOverviewFigures(t *testing.T) {
 		shown("balance", "2.749999999999"), // 10 − 7.250000000001
 		shown("spend-today", "0.250000000001"),
 		shown("spend-month", "1.250000000001"),
-		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
+		`<td class="nowrap">tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
 		// The prices are /pricing's: network 3 of 4 requests.
 		`<td class="num">0.12 / 0.4</td>`, `<td class="num">2.2 / 8.8</td>`, `network share 0.75`,
 	} {

@@ -26,18 +26,20 @@ type demoCmd struct {
 }
 
 // demoSimulators are the model servers the demo starts, one per flavour
-// (two vLLM nodes so the coder's network has a pool).
+// (two vLLM nodes so the coder's network has a pool). Each takes prompts as
+// long as the catalogue's context_length of every model it serves
+// (demoConfig), so a prompt the catalogue admits is not refused by its node.
 var demoSimulators = []struct {
 	name string
 	cfg  simulate.Config
 }{
-	{name: "vllm-a", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, NoReasoning: true}},
-	{name: "vllm-b", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, NoReasoning: true}},
-	{name: "sglang", cfg: simulate.Config{Flavour: simulate.SGLang, Models: []string{"llama-3.3-70b"}, NoImages: true, NoPDF: true}},
-	{name: "llamacpp", cfg: simulate.Config{Flavour: simulate.LlamaCpp, Models: []string{"llama-3.3-70b"}, NoImages: true, NoPDF: true}},
-	{name: "ollama", cfg: simulate.Config{Flavour: simulate.Ollama, Models: []string{"gemma3:4b"}, NoTools: true, NoReasoning: true, NoImages: true, NoPDF: true}},
-	{name: "openrouter", cfg: simulate.Config{Flavour: simulate.OpenRouter, Models: []string{"anthropic/claude-sonnet-4.5", "google/gemma-3-4b-it"}, NoPDF: true}},
-	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, NoImages: true, NoPDF: true}},
+	{name: "vllm-a", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, ContextLength: 131072, NoReasoning: true}},
+	{name: "vllm-b", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, ContextLength: 131072, NoReasoning: true}},
+	{name: "sglang", cfg: simulate.Config{Flavour: simulate.SGLang, Models: []string{"llama-3.3-70b"}, ContextLength: 65536, NoImages: true, NoPDF: true}},
+	{name: "llamacpp", cfg: simulate.Config{Flavour: simulate.LlamaCpp, Models: []string{"llama-3.3-70b"}, ContextLength: 65536, NoImages: true, NoPDF: true}},
+	{name: "ollama", cfg: simulate.Config{Flavour: simulate.Ollama, Models: []string{"gemma3:4b"}, ContextLength: 32768, NoTools: true, NoReasoning: true, NoImages: true, NoPDF: true}},
+	{name: "openrouter", cfg: simulate.Config{Flavour: simulate.OpenRouter, Models: []string{"anthropic/claude-sonnet-4.5", "google/gemma-3-4b-it"}, ContextLength: 131072, NoPDF: true}},
+	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, ContextLength: 65536, NoImages: true, NoPDF: true}},
 }
 
 // demoConfig is the demo's catalogue. It is built to show every rule

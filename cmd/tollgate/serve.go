@@ -141,7 +141,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Server.Metrics = m.Metrics
 	m.Server.RequestLog = m.RequestLog
 	m.Server.Tracer = deps.Tracer
-	m.Server.Version = buildInfo().Version
+	m.Server.Version, m.Server.Commit = buildInfo().Version, buildInfo().Commit
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
