@@ -95,8 +95,7 @@ func TestConsoleOnTheAPIListener(t *testing.T) {
 	}
 	_, page = get("/console/signin")
 	status, overview := post("/console/signin", url.Values{"csrf": {csrfOf(page)}, "account": {h.acct.ID}, "password": {pw}})
-	if status != 200 || !strings.Contains(overview, `id="balance"><data class="amt" value="1.000000000000" title="1.000000000000 USD exactly">1.000000</data> USD`) ||
-		!strings.Contains(overview, `id="spend-today"><data class="amt" value="0.000000000000" title="0.000000000000 USD exactly">0.000000</data> USD`) {
+	if status != 200 || !strings.Contains(overview, `id="balance"><data class="amt" value="1.000000000000"`) || !strings.Contains(overview, `id="spend-today"><data class="amt" value="0.000000000000"`) {
 		t.Fatalf("overview after sign-in: %d\n%s", status, overview)
 	}
 	if status, _, body := h.post("/v1/chat/completions", flatBody, nil); status != 200 {
