@@ -44,10 +44,7 @@ type Options struct {
 	Now    func() time.Time
 }
 
-// Prefix is where the API is mounted.
-const Prefix = "/admin/v1/"
-
-// API serves the admin routes.
+// API serves the admin routes, under /admin/v1/ on the admin listener.
 type API struct {
 	st    Store
 	opts  Options
@@ -82,9 +79,6 @@ func New(st Store, o Options) *API {
 	})
 	return a
 }
-
-// Routes is the map to hand to server.AdminHandler.
-func (a *API) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: a} }
 
 func (a *API) route(pattern string, h func(http.ResponseWriter, *http.Request) error) {
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {

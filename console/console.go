@@ -57,7 +57,9 @@ type Options struct {
 	Now      func() time.Time
 }
 
-// Prefix is where the console is mounted on the api listener.
+// Prefix is where the console is mounted on the api listener (and the
+// operator's on the admin listener); either also serves GET /favicon.ico,
+// the icon browsers ask every site for.
 const Prefix = "/console/"
 
 const (
@@ -161,12 +163,6 @@ func New(st Store, o Options) (*Console, error) {
 		return tollgate.Errorf(tollgate.CodeNotFound, "there is no console page %s %s", r.Method, r.URL.Path)
 	}))
 	return c, nil
-}
-
-// Routes is the map the api listener mounts: the console, and the icon
-// browsers ask every site for.
-func (c *Console) Routes() map[string]http.Handler {
-	return map[string]http.Handler{Prefix: c, "/favicon.ico": c}
 }
 
 // favicon serves the console's icon at /favicon.ico, where a browser looks

@@ -140,11 +140,6 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	return op, nil
 }
 
-// Routes is the map the admin listener mounts.
-func (op *Operator) Routes() map[string]http.Handler {
-	return map[string]http.Handler{Prefix: op, "/favicon.ico": op}
-}
-
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op.c.headers(w, r)
 	if err := op.c.sameOrigin(r); err != nil {

@@ -16,9 +16,9 @@ import (
 	"github.com/tollgate/tollgate/relay"
 )
 
-// chat is POST /v1/chat/completions: authenticate, check the body's type and
+// Chat is POST /v1/chat/completions: authenticate, check the body's type and
 // size, then hand over to the relay.
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) Chat(w http.ResponseWriter, r *http.Request) error {
 	var authSpan trace.Span
 	if s.Tracer != nil {
 		_, authSpan = s.Tracer.Start(r.Context(), "auth")

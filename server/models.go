@@ -8,12 +8,12 @@ import (
 	"github.com/tollgate/tollgate/relay"
 )
 
-// models is GET /v1/models: the reference list shape (object, data[] with id,
+// Models is GET /v1/models: the reference list shape (object, data[] with id,
 // object, created, owned_by) plus what clients need before they send images,
 // files, tools or reasoning: capabilities, limits, and each backend's
 // capabilities and rates (a combination only some backends offer shows here).
 // No key needed, as on OpenRouter.
-func (s *Server) models(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) Models(w http.ResponseWriter, r *http.Request) error {
 	cat := s.Relay.Catalog()
 	out := make([]byte, 0, 2048)
 	out = append(out, `{"object":"list","data":[`...)

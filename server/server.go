@@ -1,4 +1,4 @@
-// Package server is tollgate's HTTP face: the route table, the middleware,
+// Package server is tollgate's HTTP face: the route table (Mux), the middleware,
 // the one error mapper, and the handlers of the API, public and admin listeners.
 package server
 
@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,9 +63,6 @@ type Server struct {
 	// BodyTimeout bounds the time to receive a request body, from the
 	// end of its headers (timeouts.request_body); 0: no bound.
 	BodyTimeout time.Duration
-	// APIExtra are handlers mounted on the API listener beside the protocol
-	// endpoints, by path prefix (the console's /console/).
-	APIExtra map[string]http.Handler
 
 	pricing pricingCache
 	ids     *requestIDs
@@ -82,158 +78,13 @@ func New(rl *relay.Relay, auth Authenticator, uptime UptimeReader, log *slog.Log
 		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}}
 }
 
-// route is one row of the route table.
-type route struct {
-	path    string
-	methods string // for Allow
-	handler func(*Server, http.ResponseWriter, *http.Request) error
-}
+// Handler serves m with the middleware every listener shares: the request
+// id, the body's deadline, metrics, tracing, the access log, and recovery.
+// The listeners' routes are declared in cmd/tollgate/routes.go.
+func (s *Server) Handler(m *Mux) http.Handler { return s.middleware(m) }
 
-// apiRoutes is every path the API listener serves. Everything else is 404
-// not_found, the other protocol endpoints (embeddings, completions,
-// responses, ...) included: SPEC.md forbids a fallback to another endpoint.
-var apiRoutes = []route{
-	{"/v1/chat/completions", "POST", (*Server).chat},
-	{"/v1/models", "GET, HEAD", (*Server).models},
-	{"/pricing", "GET, HEAD", (*Server).pricingHandler},
-}
-
-var publicRoutes = []route{
-	{"/pricing", "GET, HEAD", (*Server).pricingHandler},
-}
-
-var adminRoutes = []route{
-	{"/healthz", "GET, HEAD", (*Server).healthz},
-	{"/readyz", "GET, HEAD", (*Server).readyz},
-}
-
-// APIHandler serves the protocol endpoints and /pricing.
-func (s *Server) APIHandler() http.Handler {
-	t := s.mux(apiRoutes)
-	for p, h := range s.APIExtra {
-		t.Handle(p, h)
-	}
-	return s.middleware(t)
-}
-
-// PublicHandler serves /pricing alone (the public listener).
-func (s *Server) PublicHandler() http.Handler { return s.handler(publicRoutes) }
-
-// AdminHandler serves health and readiness; extra routes (metrics, admin API)
-// are mounted by the caller with Mount.
-func (s *Server) AdminHandler(extra map[string]http.Handler) http.Handler {
-	mux := s.mux(adminRoutes)
-	for p, h := range extra {
-		mux.Handle(p, h)
-	}
-	return s.middleware(mux)
-}
-
-func (s *Server) handler(routes []route) http.Handler { return s.middleware(s.mux(routes)) }
-
-func (s *Server) mux(routes []route) *routeTable {
-	mux := http.NewServeMux()
-	t := &routeTable{exact: map[string]http.HandlerFunc{}, mux: mux}
-	var paths []string
-	for _, rt := range routes {
-		paths = append(paths, rt.methods+" "+rt.path)
-	}
-	served := strings.Join(paths, ", ")
-	for _, rt := range routes {
-		h := func(w http.ResponseWriter, r *http.Request) {
-			if !allowed(rt.methods, r.Method) {
-				w.Header().Set("Allow", rt.methods)
-				WriteError(w, s.Log, tollgate.Errorf(tollgate.CodeMethodNotAllowed,
-					"%s is not allowed on %s; use %s", r.Method, rt.path, rt.methods))
-				return
-			}
-			if err := rt.handler(s, w, r); err != nil {
-				WriteError(w, s.Log, err)
-			}
-		}
-		t.exact[rt.path] = h
-		mux.HandleFunc(rt.path, h)
-	}
-	t.notFound = func(w http.ResponseWriter, r *http.Request, hint string) {
-		WriteError(w, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
-			"%s %s is not served on this listener (it serves %s)%s", r.Method, r.URL.Path, served, hint))
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { t.notFound(w, r, "") })
-	return t
-}
-
-// routeTable sends a request for one of the table's paths, spelled exactly,
-// straight to its handler, and everything else through the ServeMux (path
-// cleaning and its redirects, 404, the routes mounted later). The ServeMux's
-// pattern matching cost a few µs a request on the hot path; for an exact,
-// unescaped path it would pick the same handler.
-//
-// A path the ServeMux would clean (`//`, `/./`, `/../`) is not served: the
-// ServeMux answered it with a 301 to the cleaned path, which has no error
-// envelope and which clients follow by turning a POST into a GET. It is 404
-// not_found, naming the path it would have meant (CONTRACT.md: any path that
-// is not served).
-type routeTable struct {
-	exact    map[string]http.HandlerFunc
-	mux      *http.ServeMux
-	notFound func(w http.ResponseWriter, r *http.Request, hint string)
-}
-
-func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.RawPath == "" && r.Method != http.MethodConnect {
-		if h, ok := t.exact[r.URL.Path]; ok {
-			h(w, r)
-			return
-		}
-	}
-	if r.Method != http.MethodConnect {
-		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
-			t.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
-			return
-		}
-	}
-	t.mux.ServeHTTP(w, r)
-}
-
-// cleanPath is the path the ServeMux would redirect p to: path.Clean, with a
-// trailing slash kept.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}
-
-// Handle mounts h on pattern (after the table's own routes). A pattern on
-// one of the table's paths (with a method or a host, say) takes that path
-// out of the fast path, so that the ServeMux decides between them.
-func (t *routeTable) Handle(pattern string, h http.Handler) {
-	for path := range t.exact {
-		if strings.HasSuffix(pattern, path) {
-			delete(t.exact, path)
-		}
-	}
-	t.mux.Handle(pattern, h)
-}
-
-func allowed(methods, m string) bool {
-	switch methods {
-	case "POST":
-		return m == http.MethodPost
-	case "GET, HEAD":
-		return m == http.MethodGet || m == http.MethodHead
-	}
-	return false
-}
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+// Healthz is GET /healthz: the service runs.
+func (s *Server) Healthz(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
 	b, _ := json.Marshal(struct {
 		Status  string `json:"status"`
@@ -248,10 +99,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 // load balancer should send no more requests.
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
-// readyz is 200 when the instance can serve, else 503 with the reason: the
+// Readyz is GET /readyz: 200 when the instance can serve, else 503 with the reason: the
 // shutdown has begun, the store does not answer, or a model has no node in
 // rotation.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) Readyz(w http.ResponseWriter, r *http.Request) error {
 	reason := ""
 	switch {
 	case s.draining.Load():
@@ -270,7 +121,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if reason == "" {
-		return s.healthz(w, r)
+		return s.Healthz(w, r)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusServiceUnavailable)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/tollgate/tollgate/admin"
@@ -40,14 +39,14 @@ func newBiller(cfg *config.Config, st Store, log *slog.Logger) (*billing.Biller,
 	return b, nil
 }
 
-// adminRoutes is the admin API for the admin listener. Without an admin
+// newAdminAPI is the admin API for the admin listener. Without an admin
 // token every request is 401.
-func adminRoutes(cfg *config.Config, st Store, log *slog.Logger) map[string]http.Handler {
+func newAdminAPI(cfg *config.Config, st Store, log *slog.Logger) *admin.API {
 	models := make([]string, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
 		models = append(models, m.ID)
 	}
-	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log}).Routes()
+	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log})
 }
 
 // auditGrace is how long past its lease a hold may live before the audit

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -36,7 +35,7 @@ func TestConsoleOnTheAPIListener(t *testing.T) {
 	// The admin API issues them too.
 	cfg := *h.main.Config
 	cfg.AdminToken = "s3cret-admin-token"
-	adm := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	adm := adminAPIServer(t, h, &cfg)
 	defer adm.Close()
 	req, _ := http.NewRequest("POST", adm.URL+"/admin/v1/accounts/"+h.acct.ID+"/invite", nil)
 	req.Header.Set("Authorization", "Bearer s3cret-admin-token")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/config"
 )
 
 // The operator's tools on a running service's store: credit, debit, show,
@@ -116,12 +117,22 @@ func TestOperatorCLI(t *testing.T) {
 	}
 }
 
+// adminAPIServer serves the admin listener's routes with cfg's admin token.
+func adminAPIServer(t *testing.T, h *harness, cfg *config.Config) *httptest.Server {
+	t.Helper()
+	op, err := newOperator(cfg, h.main.Relay, h.main.Share, h.main.Store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httptest.NewServer(h.main.Server.Handler(adminListenerRoutes(h.main.Server, newAdminAPI(cfg, h.main.Store, nil), op, nil, cfg.AdminToken)))
+}
+
 // The admin API: token required (401 unauthorized), show, credit, usage, audit.
 func TestAdminAPI(t *testing.T) {
 	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(1)})
 	cfg := *h.main.Config
 	cfg.AdminToken = "s3cret-admin-token"
-	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	srv := adminAPIServer(t, h, &cfg)
 	defer srv.Close()
 	call := func(method, path, token, body string) (int, []byte) {
 		t.Helper()
@@ -198,7 +209,7 @@ func TestAdminAPIAccountsAndKeys(t *testing.T) {
 	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(1)})
 	cfg := *h.main.Config
 	cfg.AdminToken = "s3cret-admin-token"
-	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	srv := adminAPIServer(t, h, &cfg)
 	defer srv.Close()
 	call := func(method, path, body string, into any) (int, []byte) {
 		t.Helper()

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -146,7 +145,8 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
-	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
+	con, err := newConsole(cfg, m.Relay, m.Share, st, m.Log)
+	if err != nil {
 		m.Close(ctx)
 		return err
 	}
@@ -218,32 +218,29 @@ func (m *Main) Open(ctx context.Context) error {
 		}()
 		return nil
 	}
-	if err := listen("api", cfg.Listen.API, m.Server.APIHandler()); err != nil {
+	if err := listen("api", cfg.Listen.API, m.Server.Handler(apiRoutes(m.Server, con))); err != nil {
 		m.Close(ctx)
 		return err
 	}
-	if err := listen("public", cfg.Listen.Public, m.Server.PublicHandler()); err != nil {
+	if err := listen("public", cfg.Listen.Public, m.Server.Handler(publicRoutes(m.Server))); err != nil {
 		m.Close(ctx)
 		return err
 	}
-	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.Log)
+	op, err := newOperator(cfg, m.Relay, m.Share, st, m.Log)
 	if err != nil {
 		m.Close(ctx)
 		return err
 	}
+	var metricsHandler http.Handler
 	if m.Metrics != nil {
 		m.Metrics.Registry.MustRegister(metrics.NodeCollector{Source: m.Relay}, metrics.PrefixCollector{Source: m.Relay})
 		if m.Biller != nil {
 			m.Metrics.Registry.MustRegister(metrics.BillingCollector{Source: m.Biller})
 		}
-		routes["/metrics"] = m.Metrics.Handler()
+		metricsHandler = m.Metrics.Handler()
 	}
-	routes["/debug/pprof/"] = m.Server.RequireBearer(cfg.AdminToken, http.HandlerFunc(pprof.Index))
-	for _, name := range []string{"cmdline", "profile", "symbol", "trace"} {
-		h := map[string]http.HandlerFunc{"cmdline": pprof.Cmdline, "profile": pprof.Profile, "symbol": pprof.Symbol, "trace": pprof.Trace}[name]
-		routes["/debug/pprof/"+name] = m.Server.RequireBearer(cfg.AdminToken, h)
-	}
-	if err := listen("admin", cfg.Listen.Admin, m.Server.AdminHandler(routes)); err != nil {
+	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.Log), op, metricsHandler, cfg.AdminToken)
+	if err := listen("admin", cfg.Listen.Admin, m.Server.Handler(admin)); err != nil {
 		m.Close(ctx)
 		return err
 	}

@@ -1,0 +1,180 @@
+package server
+
+import (
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Mux is one listener's routes: an http.ServeMux on method patterns
+// ("POST /v1/chat/completions"), whose misses answer in the error envelope
+// instead of the ServeMux's plain text:
+//
+//   - a path some pattern serves, asked with another method: 405
+//     method_not_allowed, with Allow;
+//   - any other path: 404 not_found, naming the paths the listener serves;
+//   - a path the ServeMux would clean (`//`, `/./`, `/../`): 404 not_found,
+//     naming the path it would have meant. The ServeMux answered it with a
+//     301 to the cleaned path, which has no error envelope and which clients
+//     follow by turning a POST into a GET; a path is matched as spelled
+//     (docs/api.md: any path that is not served is 404).
+//
+// A subtree pattern ("/console/") hands every request under it to its
+// handler, which answers its own misses. Build a Mux with Server.NewMux,
+// declare its routes with Handle, then serve Server.Handler(mux).
+//
+// A request whose method and unescaped path a pattern names exactly
+// ("POST /v1/chat/completions") goes straight to that pattern's handler,
+// the one the ServeMux would pick (no other pattern is as specific), without
+// the ServeMux's match, which costs the hot path far more than a map lookup
+// (server/route_bench_test.go). Such a request's r.Pattern is not set.
+type Mux struct {
+	s       *Server
+	mux     *http.ServeMux
+	exact   map[string][]exactRoute // path → its method patterns
+	allow   map[string]string       // path → the methods its patterns name, for Allow
+	paths   []string                // the exact paths, in the order declared
+	trees   []string                // the subtree patterns' paths ("/console/")
+	miss404 string                  // what the listener serves, for 404's message
+}
+
+type exactRoute struct {
+	method string
+	h      http.Handler
+}
+
+// NewMux returns an empty route table.
+func (s *Server) NewMux() *Mux {
+	m := &Mux{s: s, mux: http.NewServeMux(), exact: map[string][]exactRoute{}, allow: map[string]string{}}
+	m.mux.HandleFunc("/", m.miss)
+	return m
+}
+
+// Handle serves pattern, a ServeMux pattern: "METHOD /path" (GET serves
+// HEAD too), "/path" for any method, or "/prefix/" for a subtree.
+func (m *Mux) Handle(pattern string, h http.Handler) {
+	m.mux.Handle(pattern, h)
+	method, p, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, p = "", pattern
+	}
+	defer func() { m.miss404 = m.served() }()
+	if strings.HasSuffix(p, "/") {
+		m.trees = append(m.trees, p)
+		return
+	}
+	if method != "" && !strings.Contains(p, "{") {
+		m.exact[p] = append(m.exact[p], exactRoute{method, h})
+	}
+	if _, seen := m.allow[p]; !seen {
+		m.paths = append(m.paths, p)
+	}
+	switch method {
+	case "":
+	case http.MethodGet:
+		m.allow[p] = join(m.allow[p], "GET, HEAD")
+	default:
+		m.allow[p] = join(m.allow[p], method)
+	}
+}
+
+// HandleFunc serves pattern with a handler that returns its error, which
+// goes to the client in the error envelope.
+func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+	m.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			WriteError(w, m.s.Log, err)
+		}
+	}))
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + ", " + b
+}
+
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.RawPath == "" {
+		if routes, ok := m.exact[r.URL.Path]; ok {
+			if h := pick(routes, r.Method); h != nil {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+	}
+	if r.Method != http.MethodConnect {
+		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+			m.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
+			return
+		}
+	}
+	m.mux.ServeHTTP(w, r)
+}
+
+// pick is the handler of the route for method; GET's serves HEAD when no
+// route names HEAD, as in the ServeMux.
+func pick(routes []exactRoute, method string) http.Handler {
+	var get http.Handler
+	for _, rt := range routes {
+		switch {
+		case rt.method == method:
+			return rt.h
+		case rt.method == http.MethodGet:
+			get = rt.h
+		}
+	}
+	if method == http.MethodHead {
+		return get
+	}
+	return nil
+}
+
+// miss is the "/" pattern: no other pattern matches the path and method
+// (the ServeMux prefers any pattern that names the method or a longer path).
+func (m *Mux) miss(w http.ResponseWriter, r *http.Request) {
+	if methods := m.allow[r.URL.Path]; methods != "" && r.URL.RawPath == "" {
+		w.Header().Set("Allow", methods)
+		WriteError(w, m.s.Log, tollgate.Errorf(tollgate.CodeMethodNotAllowed,
+			"%s is not allowed on %s; use %s", r.Method, r.URL.Path, methods))
+		return
+	}
+	m.notFound(w, r, "")
+}
+
+func (m *Mux) notFound(w http.ResponseWriter, r *http.Request, hint string) {
+	WriteError(w, m.s.Log, tollgate.Errorf(tollgate.CodeNotFound,
+		"%s %s is not served on this listener (it serves %s)%s", r.Method, r.URL.Path, m.miss404, hint))
+}
+
+// served names the paths the listener serves with their methods, and its
+// subtrees.
+func (m *Mux) served() string {
+	var names []string
+	for _, p := range m.paths {
+		if methods := m.allow[p]; methods != "" {
+			p = methods + " " + p
+		}
+		names = append(names, p)
+	}
+	return strings.Join(append(names, m.trees...), ", ")
+}
+
+// cleanPath is the path the ServeMux would redirect p to: path.Clean, with a
+// trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
