@@ -1,11 +1,10 @@
 package idempotency
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // MaxKeyBytes is the longest Idempotency-Key accepted (docs/idempotency.md).
@@ -39,18 +38,18 @@ func Fingerprint(model, body []byte) []byte {
 	h.Write([]byte("tollgate idempotency v1\n"))
 	h.Write(model)
 	h.Write([]byte{'\n'})
-	// Strings are skipped whole (closingQuote finds their end with
+	// Strings are skipped whole (SkipStringFast finds their end with
 	// IndexByte, which is vectorised); whitespace between them is dropped.
 	start := 0
 	for i := 0; i < len(body); i++ {
 		switch body[i] {
 		case '"':
-			j := closingQuote(body, i+1)
+			j := jsonscan.SkipStringFast(body, i)
 			if j < 0 {
 				i = len(body)
 				break
 			}
-			i = j
+			i = j - 1
 		case ' ', '\t', '\n', '\r':
 			if start < i {
 				h.Write(body[start:i])
@@ -65,153 +64,27 @@ func Fingerprint(model, body []byte) []byte {
 }
 
 // inspect finds the top-level "model" (its raw JSON value) and whether
-// "stream" is true, without decoding anything else. The last of repeated
-// keys wins, as in the relay's parser. A body that is not a JSON object gives
-// (nil, false): the relay rejects it, and the key is released.
+// "stream" is true, skipping the other values by their quotes and brackets
+// without decoding them. The last of repeated keys wins, as in the relay's
+// parser; a key written with escapes is decoded, so that it cannot hide from
+// this look while the relay's parser sees it. A body that is not a JSON
+// object gives (nil, false): the relay rejects it, and the key is released.
 func inspect(b []byte) (model []byte, stream bool) {
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, false
-	}
-	i++
+	it := jsonscan.NewTrustedObjIter(b)
 	for {
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] == '}' {
-			return model, stream
-		}
-		if b[i] == ',' {
-			i++
-			continue
-		}
-		if b[i] != '"' {
-			return nil, false
-		}
-		ks := i
-		i = skipString(b, i)
-		if i < 0 {
-			return nil, false
-		}
-		key := b[ks:i]
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] != ':' {
-			return nil, false
-		}
-		i = skipWS(b, i+1)
-		vs := i
-		i = skipValue(b, i)
-		if i < 0 {
-			return nil, false
-		}
-		switch keyName(key) {
-		case "model":
-			model = b[vs:i]
-		case "stream":
-			stream = string(b[vs:i]) == "true"
-		}
-	}
-}
-
-// keyName returns the key if it is "model" or "stream", else "". A key
-// written with escapes (rare) is decoded so that it cannot hide from us
-// while the relay's parser sees it.
-func keyName(quoted []byte) string {
-	switch string(quoted) {
-	case `"model"`:
-		return "model"
-	case `"stream"`:
-		return "stream"
-	}
-	for _, c := range quoted {
-		if c == '\\' {
-			var s string
-			if json.Unmarshal(quoted, &s) == nil && (s == "model" || s == "stream") {
-				return s
-			}
+		k, _, v, ok := it.Next()
+		if !ok {
 			break
 		}
-	}
-	return ""
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] == '"', or -1.
-func skipString(b []byte, i int) int {
-	j := closingQuote(b, i+1)
-	if j < 0 {
-		return -1
-	}
-	return j + 1
-}
-
-// closingQuote returns the index of the quote that ends the string whose
-// contents start at b[i], or -1: the first '"' not escaped by an odd run of
-// backslashes.
-func closingQuote(b []byte, i int) int {
-	for {
-		j := bytes.IndexByte(b[i:], '"')
-		if j < 0 {
-			return -1
+		switch string(k) {
+		case "model":
+			model = v
+		case "stream":
+			stream = string(v) == "true"
 		}
-		j += i
-		n := 0
-		for k := j - 1; k >= i && b[k] == '\\'; k-- {
-			n++
-		}
-		if n%2 == 0 {
-			return j
-		}
-		i = j + 1
 	}
-}
-
-// skipValue returns the index after the JSON value starting at b[i], or -1.
-// Objects and arrays are skipped by bracket depth; their contents are not
-// validated (the relay's parser does that).
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
+	if it.Err() != nil {
+		return nil, false
 	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				if i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return -1
-	}
-	start := i
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			if i == start {
-				return -1
-			}
-			return i
-		}
-		i++
-	}
-	return -1 // a scalar cannot end the body: the object's '}' is missing
+	return model, stream
 }

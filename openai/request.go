@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // ChatRequest is a parsed POST /v1/chat/completions body. Only the fields
@@ -83,6 +84,10 @@ func (r *ChatRequest) need(c tollgate.Capability, param string) {
 // MaxN is the largest `n` accepted (the reference API's own limit).
 const MaxN = 128
 
+// MaxDepth is how deeply arrays and objects may nest in a request body (the
+// top-level object is level 1); deeper is invalid_json naming the limit.
+const MaxDepth = jsonscan.MaxDepth
+
 var validRoles = map[string]bool{
 	"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true,
 }
@@ -106,7 +111,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		null := string(v) == "null"
 		switch f.key {
 		case "model":
-			s, ok := jsonString(v)
+			s, ok := jsonscan.String(v)
 			if !ok {
 				return nil, invalidType("model", "a string")
 			}
@@ -181,7 +186,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			if null {
 				continue
 			}
-			s, ok := jsonString(v)
+			s, ok := jsonscan.String(v)
 			if !ok {
 				return nil, invalidType("reasoning_effort", "a string")
 			}
@@ -196,8 +201,8 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 				return nil, invalidType("reasoning", "an object such as {\"effort\": \"medium\"}")
 			}
 			off := false
-			it := newTrustedObjIter(v)
-			for k, _, val, ok := it.next(); ok; k, _, val, ok = it.next() {
+			it := jsonscan.NewTrustedObjIter(v)
+			for k, _, val, ok := it.Next(); ok; k, _, val, ok = it.Next() {
 				switch string(k) {
 				case "enabled":
 					off = off || string(val) == "false"
@@ -236,9 +241,9 @@ func (r *ChatRequest) parseMessages(v []byte) error {
 	if v[0] != '[' {
 		return invalidType("messages", "an array of messages")
 	}
-	msgs := newTrustedArrIter(v)
+	msgs := jsonscan.NewTrustedArrIter(v)
 	i := 0
-	for raw, ok := msgs.next(); ok; raw, ok = msgs.next() {
+	for raw, ok := msgs.Next(); ok; raw, ok = msgs.Next() {
 		param := "messages[" + strconv.Itoa(i) + "]"
 		i++
 		if raw[0] != '{' {
@@ -246,11 +251,11 @@ func (r *ChatRequest) parseMessages(v []byte) error {
 		}
 		var role string
 		var content []byte
-		it := newTrustedObjIter(raw)
-		for k, _, val, ok := it.next(); ok; k, _, val, ok = it.next() {
+		it := jsonscan.NewTrustedObjIter(raw)
+		for k, _, val, ok := it.Next(); ok; k, _, val, ok = it.Next() {
 			switch string(k) {
 			case "role":
-				role, _ = jsonString(val)
+				role, _ = jsonscan.String(val)
 			case "content":
 				content = val
 			}
@@ -266,17 +271,17 @@ func (r *ChatRequest) parseMessages(v []byte) error {
 		if content[0] != '[' {
 			return invalidType(param+".content", "a string or an array of content parts")
 		}
-		parts := newTrustedArrIter(content)
+		parts := jsonscan.NewTrustedArrIter(content)
 		j := 0
-		for pr, ok := parts.next(); ok; pr, ok = parts.next() {
+		for pr, ok := parts.Next(); ok; pr, ok = parts.Next() {
 			pparam := param + ".content[" + strconv.Itoa(j) + "]"
 			j++
 			var typ string
 			if pr[0] == '{' {
-				pit := newTrustedObjIter(pr)
-				for k, _, val, ok := pit.next(); ok; k, _, val, ok = pit.next() {
+				pit := jsonscan.NewTrustedObjIter(pr)
+				for k, _, val, ok := pit.Next(); ok; k, _, val, ok = pit.Next() {
 					if string(k) == "type" {
-						typ, _ = jsonString(val)
+						typ, _ = jsonscan.String(val)
 					}
 				}
 			}
@@ -301,14 +306,14 @@ func (r *ChatRequest) parseMessages(v []byte) error {
 }
 
 func isEmptyArray(v []byte) bool {
-	return len(trimWS(v[1:len(v)-1])) == 0
+	return len(jsonscan.TrimWS(v[1:len(v)-1])) == 0
 }
 
 // splitObject splits a JSON object into its top-level members without
 // copying or decoding their values, validating the whole body on the way.
 // It rejects anything that is not one valid JSON object with invalid_json.
 func splitObject(b []byte) ([]field, error) {
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		if json.Valid(b) {
 			return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body must be a JSON object")
@@ -316,8 +321,8 @@ func splitObject(b []byte) ([]field, error) {
 		return nil, tollgate.Errorf(tollgate.CodeInvalidJSON, "request body is not valid JSON")
 	}
 	fields := make([]field, 0, 12)
-	it := newObjIter(b)
-	for key, rawKey, val, ok := it.next(); ok; key, rawKey, val, ok = it.next() {
+	it := jsonscan.NewObjIter(b)
+	for key, rawKey, val, ok := it.Next(); ok; key, rawKey, val, ok = it.Next() {
 		k := string(key)
 		// A repeated key: the last one wins, as in encoding/json and most servers.
 		dup := false
@@ -332,8 +337,8 @@ func splitObject(b []byte) ([]field, error) {
 			fields = append(fields, field{key: k, rawKey: rawKey, val: val})
 		}
 	}
-	if !it.restOK() {
-		if errors.Is(it.err, errTooDeep) {
+	if !it.RestOK() {
+		if errors.Is(it.Err(), jsonscan.ErrTooDeep) {
 			return nil, tollgate.Errorf(tollgate.CodeInvalidJSON,
 				"request body nests arrays and objects more than %d levels deep, the limit", MaxDepth)
 		}

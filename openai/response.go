@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // Response is a normalised non-streamed upstream answer, ready to be finished
@@ -35,8 +36,8 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 		idJSON:    appendJSONString(nil, id),
 		modelJSON: appendJSONString(nil, model),
 	}
-	it := newObjIter(body)
-	if it.err != nil {
+	it := jsonscan.NewObjIter(body)
+	if it.Err() != nil {
 		return nil, garbage(body, "not a JSON object")
 	}
 	var st chunkState
@@ -45,14 +46,14 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 	nChoices := 0
 	var choicesErr error
 	for {
-		key, raw, val, ok := it.next()
+		key, raw, val, ok := it.Next()
 		if !ok {
 			break
 		}
 		switch string(key) {
 		case "id", "model":
 		case "object":
-			if jsonStringIs(val, "error") {
+			if jsonscan.StringIs(val, "error") {
 				objectError = true
 			}
 		case "created":
@@ -67,7 +68,7 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 				r.usage, r.haveUsage = u, true
 			}
 		case "error":
-			if !isNull(val) {
+			if !jsonscan.IsNull(val) {
 				errVal = val
 			}
 		case "system_fingerprint", "timings", "provider", "kv_transfer_params", "prompt_token_ids", "prompt_logprobs":
@@ -78,7 +79,7 @@ func NormalizeResponse(body []byte, id, model string, fl Flavour) (*Response, er
 			r.rest = append(r.rest, val...)
 		}
 	}
-	if !it.restOK() {
+	if !it.RestOK() {
 		return nil, garbage(body, "malformed JSON")
 	}
 	if errVal != nil {

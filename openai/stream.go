@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // ErrDone is returned by StreamNormalizer.Event when the upstream sent
@@ -111,9 +112,9 @@ type chunkState struct {
 // call's, or a legacy function_call), copied as it is at offset at of the
 // choices.
 func (st *chunkState) functionTexts(fn []byte, at int) {
-	it := newTrustedObjIter(fn)
+	it := jsonscan.NewTrustedObjIter(fn)
 	for {
-		k, _, v, ok := it.next()
+		k, _, v, ok := it.Next()
 		if !ok {
 			return
 		}
@@ -128,14 +129,14 @@ func (st *chunkState) functionTexts(fn []byte, at int) {
 // name or arguments) as delivered and notes that it is about to be written at
 // offset at of the choices. A null one generated nothing.
 func (st *chunkState) generated(val []byte, at int) {
-	l := stringLen(val)
+	l := jsonscan.StringLen(val)
 	st.delivered += l
 	st.tokens += PieceTokens(l)
 	switch {
 	case len(val) > 0 && val[0] == '"':
 		st.deliveries++
 		st.text, st.textOut, st.textChoice = val, at, st.cur
-	case !isNull(val):
+	case !jsonscan.IsNull(val):
 		st.deliveries += 2 // not a string: no template
 	}
 }
@@ -171,8 +172,8 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 			return out, nil
 		}
 	}
-	it := newObjIter(data)
-	if it.err != nil {
+	it := jsonscan.NewObjIter(data)
+	if it.Err() != nil {
 		return nil, malformed(data)
 	}
 	st := chunkState{roleSent: n.roleSent}
@@ -182,14 +183,14 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 	n.choices = n.choices[:0]
 	n.rest = n.rest[:0]
 	for {
-		key, raw, val, ok := it.next()
+		key, raw, val, ok := it.Next()
 		if !ok {
 			break
 		}
 		switch string(key) {
 		case "id", "model":
 		case "object":
-			if jsonStringIs(val, "error") {
+			if jsonscan.StringIs(val, "error") {
 				objectError = true
 			}
 		case "created":
@@ -210,7 +211,7 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 				n.usage, n.haveUsage = u, true
 			}
 		case "error":
-			if !isNull(val) {
+			if !jsonscan.IsNull(val) {
 				errVal = val
 			}
 		case "system_fingerprint", "timings", "provider", "kv_transfer_params", "prompt_token_ids", "prompt_logprobs":
@@ -221,7 +222,7 @@ func (n *StreamNormalizer) Chunk(data []byte) ([]byte, error) {
 			n.rest = append(n.rest, val...)
 		}
 	}
-	if !it.restOK() {
+	if !it.RestOK() {
 		return nil, malformed(data)
 	}
 	if errVal != nil {
@@ -289,10 +290,10 @@ func (n *StreamNormalizer) fromTemplate(data []byte) ([]byte, bool) {
 		return nil, false
 	}
 	text := data[t.inStart : len(data)-len(suffix)+1]
-	if end, err := skipString(text, 0); err != nil || end != len(text) {
+	if end, err := jsonscan.SkipString(text, 0); err != nil || end != len(text) {
 		return nil, false // the string ends early, or is not valid
 	}
-	l := stringLen(text)
+	l := jsonscan.StringLen(text)
 	n.delivered += l
 	n.tokens += PieceTokens(l)
 	if t.first {
@@ -331,7 +332,7 @@ func (n *StreamNormalizer) Event(ev Event) ([]byte, error) {
 	default:
 		return nil, nil
 	}
-	d := trimWS(ev.Data)
+	d := jsonscan.TrimWS(ev.Data)
 	if len(d) == 0 {
 		return nil, nil
 	}
@@ -457,17 +458,17 @@ func malformed(data []byte) *tollgate.Error {
 
 // normChoices rewrites a choices array; it returns the number of choices.
 func (n *StreamNormalizer) normChoices(dst, val []byte, st *chunkState) ([]byte, int, error) {
-	if isNull(val) {
+	if jsonscan.IsNull(val) {
 		return append(dst, "[]"...), 0, nil
 	}
-	ai := newTrustedArrIter(val)
-	if ai.err != nil {
-		return dst, 0, errSyntax
+	ai := jsonscan.NewTrustedArrIter(val)
+	if ai.Err() != nil {
+		return dst, 0, jsonscan.ErrSyntax
 	}
 	dst = append(dst, '[')
 	count := 0
 	for {
-		elem, ok := ai.next()
+		elem, ok := ai.Next()
 		if !ok {
 			break
 		}
@@ -480,29 +481,29 @@ func (n *StreamNormalizer) normChoices(dst, val []byte, st *chunkState) ([]byte,
 		}
 		count++
 	}
-	if ai.err != nil {
-		return dst, 0, ai.err
+	if ai.Err() != nil {
+		return dst, 0, ai.Err()
 	}
 	return append(dst, ']'), count, nil
 }
 
 func (n *StreamNormalizer) collect(obj []byte) (start, end int, err error) {
 	start = len(n.members)
-	it := newTrustedObjIter(obj)
+	it := jsonscan.NewTrustedObjIter(obj)
 	for {
-		k, raw, v, ok := it.next()
+		k, raw, v, ok := it.Next()
 		if !ok {
 			break
 		}
 		n.members = append(n.members, member{k, raw, v})
 	}
-	return start, len(n.members), it.err
+	return start, len(n.members), it.Err()
 }
 
 func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) ([]byte, error) {
-	obj = trimWS(obj)
+	obj = jsonscan.TrimWS(obj)
 	if len(obj) == 0 || obj[0] != '{' {
-		return dst, errSyntax
+		return dst, jsonscan.ErrSyntax
 	}
 	s, e, err := n.collect(obj)
 	defer func() { n.members = n.members[:s] }()
@@ -548,11 +549,11 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 				st.deliveredFirst += st.delivered - before
 			}
 		case "finish_reason":
-			if fr := trimWS(m.val); len(fr) > 2 && fr[0] == '"' {
+			if fr := jsonscan.TrimWS(m.val); len(fr) > 2 && fr[0] == '"' {
 				switch {
-				case jsonStringIs(fr, "error"):
+				case jsonscan.StringIs(fr, "error"):
 					st.finishErr = true
-				case jsonStringIs(fr, "stop"), jsonStringIs(fr, "tool_calls"), jsonStringIs(fr, "function_call"):
+				case jsonscan.StringIs(fr, "stop"), jsonscan.StringIs(fr, "tool_calls"), jsonscan.StringIs(fr, "function_call"):
 					st.tokens++ // the end-of-turn token: generated, counted by servers, never shown
 					st.finish = true
 				default:
@@ -569,7 +570,7 @@ func (n *StreamNormalizer) normChoice(dst, obj []byte, pos int, st *chunkState) 
 
 // normDelta rewrites a stream delta (inStream) or a response message.
 func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, inStream bool) ([]byte, error) {
-	obj = trimWS(obj)
+	obj = jsonscan.TrimWS(obj)
 	if len(obj) == 0 || obj[0] != '{' {
 		return append(dst, obj...), nil // null or odd: pass through
 	}
@@ -583,13 +584,13 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 		switch string(m.key) {
 		case "role":
 			// SGLang dumps an unset role as null: treat it as absent.
-			hasRole = !isNull(m.val)
+			hasRole = !jsonscan.IsNull(m.val)
 		case "tool_calls":
-			calls = !isNull(m.val) && string(trimWS(m.val)) != "[]"
+			calls = !jsonscan.IsNull(m.val) && string(jsonscan.TrimWS(m.val)) != "[]"
 		case "reasoning":
-			hasR, rNull = true, isNull(m.val)
+			hasR, rNull = true, jsonscan.IsNull(m.val)
 		case "reasoning_content":
-			hasRC, rcNull = true, isNull(m.val)
+			hasRC, rcNull = true, jsonscan.IsNull(m.val)
 		}
 	}
 	useRC := hasRC && (!hasR || (rNull && !rcNull))
@@ -639,7 +640,7 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 		case "content", "reasoning", "refusal":
 			dst = append(dst, m.raw...)
 			dst = append(dst, ':')
-			if key == "content" && !inStream && calls && string(trimWS(m.val)) == `""` {
+			if key == "content" && !inStream && calls && string(jsonscan.TrimWS(m.val)) == `""` {
 				// A message that only calls tools has content null in the
 				// reference API (PROTOCOL.md); llama.cpp and Ollama send "".
 				dst = append(dst, "null"...)
@@ -671,14 +672,14 @@ func (n *StreamNormalizer) normDelta(dst, obj []byte, idx int, st *chunkState, i
 // entry gets the index it lacks; an entry with an id gets type "function"
 // when it has none. Names and arguments are counted as delivered.
 func (n *StreamNormalizer) normToolCalls(dst, val []byte, st *chunkState, addIndex bool) ([]byte, error) {
-	ai := newTrustedArrIter(val)
-	if ai.err != nil {
+	ai := jsonscan.NewTrustedArrIter(val)
+	if ai.Err() != nil {
 		return append(dst, val...), nil // null or odd: pass through
 	}
 	dst = append(dst, '[')
 	pos := 0
 	for {
-		elem, ok := ai.next()
+		elem, ok := ai.Next()
 		if !ok {
 			break
 		}
@@ -691,14 +692,14 @@ func (n *StreamNormalizer) normToolCalls(dst, val []byte, st *chunkState, addInd
 		}
 		pos++
 	}
-	if ai.err != nil {
-		return dst, ai.err
+	if ai.Err() != nil {
+		return dst, ai.Err()
 	}
 	return append(dst, ']'), nil
 }
 
 func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState, addIndex bool) ([]byte, error) {
-	obj = trimWS(obj)
+	obj = jsonscan.TrimWS(obj)
 	if len(obj) == 0 || obj[0] != '{' {
 		return append(dst, obj...), nil
 	}
@@ -713,9 +714,9 @@ func (n *StreamNormalizer) normToolCall(dst, obj []byte, pos int, st *chunkState
 		case "index":
 			hasIndex = true
 		case "id":
-			hasID = !isNull(m.val)
+			hasID = !jsonscan.IsNull(m.val)
 		case "type":
-			hasType = !isNull(m.val)
+			hasType = !jsonscan.IsNull(m.val)
 		}
 	}
 	dst = append(dst, '{')

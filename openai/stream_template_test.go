@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // lockstep feeds the same chunks to a normaliser with the chunk template and
@@ -55,7 +57,7 @@ func TestStreamTemplateMatchesFullPath(t *testing.T) {
 				if ev.Comment || (ev.Name != "" && ev.Name != "message") {
 					continue
 				}
-				d := trimWS(ev.Data)
+				d := jsonscan.TrimWS(ev.Data)
 				if len(d) == 0 || string(d) == "[DONE]" {
 					continue
 				}

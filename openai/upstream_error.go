@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // ClassifyUpstreamError turns an upstream non-2xx answer into the error
@@ -73,51 +74,51 @@ func describeUpstream(body []byte) upstreamInfo {
 
 func describeDepth(body []byte, depth int) upstreamInfo {
 	var info upstreamInfo
-	b := trimWS(body)
+	b := jsonscan.TrimWS(body)
 	if len(b) == 0 {
 		return info
 	}
 	if b[0] != '{' {
-		if s, ok := jsonString(b); ok {
+		if s, ok := jsonscan.String(b); ok {
 			info.message = s
 		} else {
 			info.message = string(b)
 		}
 		return info
 	}
-	it := newObjIter(b)
+	it := jsonscan.NewObjIter(b)
 	for {
-		k, _, v, ok := it.next()
+		k, _, v, ok := it.Next()
 		if !ok {
 			break
 		}
 		switch string(k) {
 		case "error":
-			vv := trimWS(v)
+			vv := jsonscan.TrimWS(v)
 			if len(vv) > 0 && vv[0] == '{' {
 				inner := describeDepth(vv, depth+1)
 				info.merge(inner)
-			} else if s, ok := jsonString(vv); ok && info.message == "" {
+			} else if s, ok := jsonscan.String(vv); ok && info.message == "" {
 				info.message = s
 			}
 		case "message", "detail":
-			if s, ok := jsonString(v); ok {
+			if s, ok := jsonscan.String(v); ok {
 				if info.message == "" {
 					info.message = s
 				}
-			} else if info.message == "" && !isNull(v) {
-				info.message = string(trimWS(v)) // FastAPI's list of validation errors
+			} else if info.message == "" && !jsonscan.IsNull(v) {
+				info.message = string(jsonscan.TrimWS(v)) // FastAPI's list of validation errors
 			}
 		case "type":
-			if s, ok := jsonString(v); ok && info.typ == "" {
+			if s, ok := jsonscan.String(v); ok && info.typ == "" {
 				info.typ = s
 			}
 		case "code":
-			if info.code == "" && !isNull(v) {
-				if s, ok := jsonString(v); ok {
+			if info.code == "" && !jsonscan.IsNull(v) {
+				if s, ok := jsonscan.String(v); ok {
 					info.code = s
 				} else {
-					info.code = string(trimWS(v))
+					info.code = string(jsonscan.TrimWS(v))
 				}
 			}
 		case "n_prompt_tokens":
@@ -126,7 +127,7 @@ func describeDepth(body []byte, depth int) upstreamInfo {
 			info.nCtx, _ = jsonInt(v)
 		}
 	}
-	if it.err != nil && info.message == "" {
+	if it.Err() != nil && info.message == "" {
 		info.message = string(b)
 	}
 	// Ollama: {"error":{"message":"{\"error\":{...llama.cpp error...}}",...}}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // Usage is the token count of one request as tollgate bills it and shows it.
@@ -100,13 +101,13 @@ func EstimateTokensN(n int64) int64 {
 // and "cost_details" and any other extra key are ignored. SGLang's top-level
 // "reasoning_tokens" stands in for completion_tokens_details.reasoning_tokens.
 func parseUsage(raw []byte) (u Usage, ok bool) {
-	raw = trimWS(raw)
+	raw = jsonscan.TrimWS(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return Usage{}, false
 	}
 	var sawAny bool
 	var topReasoning *int64
-	err := eachTrustedField(raw, func(key, val []byte) error {
+	err := jsonscan.EachTrustedField(raw, func(key, val []byte) error {
 		switch string(key) {
 		case "prompt_tokens":
 			u.PromptTokens, _ = jsonInt(val)
@@ -141,13 +142,13 @@ func parseUsage(raw []byte) (u Usage, ok bool) {
 }
 
 func detailInt(obj []byte, name string) (int64, bool) {
-	obj = trimWS(obj)
+	obj = jsonscan.TrimWS(obj)
 	if len(obj) == 0 || obj[0] != '{' {
 		return 0, false
 	}
 	var v int64
 	var found bool
-	_ = eachTrustedField(obj, func(key, val []byte) error {
+	_ = jsonscan.EachTrustedField(obj, func(key, val []byte) error {
 		if string(key) == name {
 			v, found = jsonInt(val)
 		}
@@ -159,7 +160,7 @@ func detailInt(obj []byte, name string) (int64, bool) {
 // jsonInt reads a JSON number that holds an integer ("12", also "12.0" and
 // "1e3" as some servers print counts as floats). null and other types: false.
 func jsonInt(val []byte) (int64, bool) {
-	val = trimWS(val)
+	val = jsonscan.TrimWS(val)
 	if len(val) == 0 {
 		return 0, false
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // errKind is a failure the simulator reports, rendered per flavour.
@@ -363,17 +365,17 @@ func malformedDetail(f Flavour, body []byte, err error) string {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return ""
 	}
-	var se *syntaxError
+	var se *jsonscan.SyntaxError
 	switch f {
 	case Ollama:
-		if errors.Is(err, errEnd) {
+		if errors.Is(err, jsonscan.ErrEnd) {
 			return "unexpected EOF"
 		}
 		if errors.As(err, &se) {
-			return se.msg
+			return se.Msg
 		}
 	case LlamaCpp:
-		if errors.Is(err, errEnd) {
+		if errors.Is(err, jsonscan.ErrEnd) {
 			return "unexpected end of input"
 		}
 	}

@@ -2,6 +2,8 @@ package simulate
 
 import (
 	"encoding/json"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // chatRequest holds what the simulator needs from a chat-completion body.
@@ -54,10 +56,10 @@ type chatRequest struct {
 // member key is, as written, want (stream_options.include_usage: true).
 func flagMember(body []byte, vs int, key, want string, flag *bool) (int, error) {
 	if body[vs] != '{' {
-		return skipValue(body, vs)
+		return jsonscan.SkipValue(body, vs, 1)
 	}
-	return eachMember(body, vs, func(k []byte, v int) (int, error) {
-		next, err := skipValue(body, v)
+	return jsonscan.EachMember(body, vs, func(k []byte, v int) (int, error) {
+		next, err := jsonscan.SkipValue(body, v, 1)
 		if err == nil && string(k) == key && string(body[v:next]) == want {
 			*flag = true
 		}
@@ -76,26 +78,26 @@ func (e *fieldError) Error() string { return e.msg }
 // *fieldError means a field has the wrong type.
 func parseChat(body []byte) (*chatRequest, error) {
 	r := &chatRequest{maxTokens: -1, maxCompletion: -1, n: 1}
-	i := skipWS(body, 0)
+	i := jsonscan.SkipWS(body, 0)
 	if i >= len(body) {
-		return nil, errEnd
+		return nil, jsonscan.ErrEnd
 	}
-	end, err := eachMember(body, i, func(key []byte, vs int) (int, error) {
+	end, err := jsonscan.EachMember(body, i, func(key []byte, vs int) (int, error) {
 		switch string(key) {
 		case "model":
 			if body[vs] != '"' {
 				return vs, &fieldError{"model", "model must be a string"}
 			}
-			raw, next, err := scanString(body, vs)
+			raw, next, err := jsonscan.ScanString(body, vs)
 			if err != nil {
 				return next, err
 			}
-			r.model = unquote(raw)
+			r.model = jsonText(raw)
 			r.hasModel = true
 			return next, nil
 		case "messages":
 			if body[vs] == 'n' {
-				return skipValue(body, vs)
+				return jsonscan.SkipValue(body, vs, 1)
 			}
 			if body[vs] != '[' {
 				return vs, &fieldError{"messages", "messages must be an array"}
@@ -107,15 +109,15 @@ func parseChat(body []byte) (*chatRequest, error) {
 			}
 			return next, err
 		case "stream":
-			next, err := skipValue(body, vs)
+			next, err := jsonscan.SkipValue(body, vs, 1)
 			r.stream = err == nil && string(body[vs:next]) == "true"
 			return next, err
 		case "stream_options":
 			if body[vs] != '{' {
-				return skipValue(body, vs)
+				return jsonscan.SkipValue(body, vs, 1)
 			}
-			return eachMember(body, vs, func(k []byte, v int) (int, error) {
-				next, err := skipValue(body, v)
+			return jsonscan.EachMember(body, vs, func(k []byte, v int) (int, error) {
+				next, err := jsonscan.SkipValue(body, v, 1)
 				if err == nil && string(body[v:next]) == "true" {
 					switch string(k) {
 					case "include_usage":
@@ -149,7 +151,7 @@ func parseChat(body []byte) (*chatRequest, error) {
 		case "stop":
 			return r.parseStop(body, vs)
 		case "tools":
-			next, err := skipValue(body, vs)
+			next, err := jsonscan.SkipValue(body, vs, 1)
 			if err == nil && body[vs] == '[' && next-vs > 2 {
 				r.toolsRaw = body[vs:next]
 				r.promptTokens += ceilDiv(next-vs, 4)
@@ -158,7 +160,7 @@ func parseChat(body []byte) (*chatRequest, error) {
 		case "tool_choice":
 			return r.parseToolChoice(body, vs)
 		case "reasoning_format":
-			next, err := skipValue(body, vs)
+			next, err := jsonscan.SkipValue(body, vs, 1)
 			if err == nil && string(body[vs:next]) == `"none"` {
 				r.reasoningInline = true
 			}
@@ -166,7 +168,7 @@ func parseChat(body []byte) (*chatRequest, error) {
 		case "chat_template_kwargs":
 			return flagMember(body, vs, "enable_thinking", "false", &r.reasoningInline)
 		case "reasoning_effort":
-			next, err := skipValue(body, vs)
+			next, err := jsonscan.SkipValue(body, vs, 1)
 			if err == nil && body[vs] == '"' {
 				switch string(body[vs+1 : next-1]) {
 				case "none":
@@ -178,11 +180,11 @@ func parseChat(body []byte) (*chatRequest, error) {
 			return next, err
 		case "reasoning":
 			if body[vs] != '{' {
-				return skipValue(body, vs)
+				return jsonscan.SkipValue(body, vs, 1)
 			}
 			r.reasoningAsked = true
-			return eachMember(body, vs, func(k []byte, v int) (int, error) {
-				next, err := skipValue(body, v)
+			return jsonscan.EachMember(body, vs, func(k []byte, v int) (int, error) {
+				next, err := jsonscan.SkipValue(body, v, 1)
 				if err != nil {
 					return next, err
 				}
@@ -202,13 +204,13 @@ func parseChat(body []byte) (*chatRequest, error) {
 				return next, nil
 			})
 		}
-		return skipValue(body, vs)
+		return jsonscan.SkipValue(body, vs, 1)
 	})
 	if err != nil {
 		return nil, err
 	}
-	if j := skipWS(body, end); j != len(body) {
-		return nil, synErr(j, "invalid character after top-level value")
+	if j := jsonscan.SkipWS(body, end); j != len(body) {
+		return nil, jsonscan.InvalidChar(body, j, "after top-level value")
 	}
 	return r, nil
 }
@@ -216,47 +218,47 @@ func parseChat(body []byte) (*chatRequest, error) {
 func (r *chatRequest) parseStop(body []byte, vs int) (int, error) {
 	switch body[vs] {
 	case '"':
-		raw, next, err := scanString(body, vs)
+		raw, next, err := jsonscan.ScanString(body, vs)
 		if err == nil && len(raw) > 0 {
-			r.stop = append(r.stop, unquote(raw))
+			r.stop = append(r.stop, jsonText(raw))
 		}
 		return next, err
 	case '[':
-		return eachElement(body, vs, func(v int) (int, error) {
+		return jsonscan.EachElement(body, vs, func(v int) (int, error) {
 			if body[v] != '"' {
-				return skipValue(body, v)
+				return jsonscan.SkipValue(body, v, 1)
 			}
-			raw, next, err := scanString(body, v)
+			raw, next, err := jsonscan.ScanString(body, v)
 			if err == nil && len(raw) > 0 {
-				r.stop = append(r.stop, unquote(raw))
+				r.stop = append(r.stop, jsonText(raw))
 			}
 			return next, err
 		})
 	}
-	return skipValue(body, vs)
+	return jsonscan.SkipValue(body, vs, 1)
 }
 
 func (r *chatRequest) parseToolChoice(body []byte, vs int) (int, error) {
 	if body[vs] == '"' {
-		raw, next, err := scanString(body, vs)
+		raw, next, err := jsonscan.ScanString(body, vs)
 		r.toolChoice = string(raw)
 		return next, err
 	}
 	if body[vs] != '{' {
-		return skipValue(body, vs)
+		return jsonscan.SkipValue(body, vs, 1)
 	}
 	r.toolChoice = "function"
-	return eachMember(body, vs, func(k []byte, v int) (int, error) {
+	return jsonscan.EachMember(body, vs, func(k []byte, v int) (int, error) {
 		if string(k) != "function" || body[v] != '{' {
-			return skipValue(body, v)
+			return jsonscan.SkipValue(body, v, 1)
 		}
-		return eachMember(body, v, func(k2 []byte, v2 int) (int, error) {
+		return jsonscan.EachMember(body, v, func(k2 []byte, v2 int) (int, error) {
 			if string(k2) == "name" && body[v2] == '"' {
-				raw, next, err := scanString(body, v2)
-				r.toolChoiceName = unquote(raw)
+				raw, next, err := jsonscan.ScanString(body, v2)
+				r.toolChoiceName = jsonText(raw)
 				return next, err
 			}
-			return skipValue(body, v2)
+			return jsonscan.SkipValue(body, v2, 1)
 		})
 	})
 }
@@ -277,7 +279,7 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 	r.promptTokens += tokensPriming
-	return eachElement(body, vs, func(ms int) (int, error) {
+	return jsonscan.EachElement(body, vs, func(ms int) (int, error) {
 		if body[ms] != '{' {
 			return ms, &fieldError{"messages", "each message must be an object"}
 		}
@@ -286,34 +288,34 @@ func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 		var role []byte
 		var text []byte      // raw text of this message (first text part, or content string)
 		var toolCalls []byte // raw tool_calls of an assistant message
-		next, err := eachMember(body, ms, func(k []byte, v int) (int, error) {
+		next, err := jsonscan.EachMember(body, ms, func(k []byte, v int) (int, error) {
 			switch string(k) {
 			case "role":
-				raw, next, err := scanString(body, v)
+				raw, next, err := jsonscan.ScanString(body, v)
 				role = raw
 				return next, err
 			case "content":
 				switch body[v] {
 				case '"':
-					raw, next, err := scanString(body, v)
+					raw, next, err := jsonscan.ScanString(body, v)
 					text = raw
 					r.promptTokens += ceilDiv(len(raw), 4)
 					return next, err
 				case '[':
-					return eachElement(body, v, func(ps int) (int, error) {
+					return jsonscan.EachElement(body, v, func(ps int) (int, error) {
 						return r.parsePart(body, ps, &text)
 					})
 				}
-				return skipValue(body, v)
+				return jsonscan.SkipValue(body, v, 1)
 			case "tool_calls", "name", "tool_call_id", "reasoning_content", "reasoning":
-				next, err := skipValue(body, v)
+				next, err := jsonscan.SkipValue(body, v, 1)
 				r.promptTokens += ceilDiv(next-v, 4)
 				if string(k) == "tool_calls" {
 					toolCalls = body[v:next]
 				}
 				return next, err
 			}
-			return skipValue(body, v)
+			return jsonscan.SkipValue(body, v, 1)
 		})
 		if err != nil {
 			return next, err
@@ -341,27 +343,27 @@ func (r *chatRequest) parseMessages(body []byte, vs int) (int, error) {
 
 func (r *chatRequest) parsePart(body []byte, ps int, text *[]byte) (int, error) {
 	if body[ps] != '{' {
-		return skipValue(body, ps)
+		return jsonscan.SkipValue(body, ps, 1)
 	}
 	var typ []byte
 	size := 0
 	var partText []byte
-	next, err := eachMember(body, ps, func(k []byte, v int) (int, error) {
+	next, err := jsonscan.EachMember(body, ps, func(k []byte, v int) (int, error) {
 		switch string(k) {
 		case "type":
-			raw, next, err := scanString(body, v)
+			raw, next, err := jsonscan.ScanString(body, v)
 			typ = raw
 			return next, err
 		case "text":
-			raw, next, err := scanString(body, v)
+			raw, next, err := jsonscan.ScanString(body, v)
 			partText = raw
 			return next, err
 		case "image_url", "file", "input_file", "input_audio":
-			next, err := skipValue(body, v)
+			next, err := jsonscan.SkipValue(body, v, 1)
 			size = next - v
 			return next, err
 		}
-		return skipValue(body, v)
+		return jsonscan.SkipValue(body, v, 1)
 	})
 	if err != nil {
 		return next, err

@@ -1,10 +1,11 @@
 package simulate
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // The model's side of web search. When a request offers a function named
@@ -186,16 +187,10 @@ func stripMarker(s string) string {
 
 // jsonText decodes raw JSON string contents (surrogate pairs included).
 func jsonText(raw []byte) string {
-	if indexBytes(raw, `\`) < 0 {
-		return string(raw)
+	if s, ok := jsonscan.Unquote(raw); ok {
+		return s
 	}
-	var s string
-	q := make([]byte, 0, len(raw)+2)
-	q = append(append(append(q, '"'), raw...), '"')
-	if json.Unmarshal(q, &s) != nil {
-		return unquote(raw)
-	}
-	return s
+	return string(raw)
 }
 
 // searchArgs is the web_search call's arguments.
