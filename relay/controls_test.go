@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -107,19 +108,78 @@ func TestControlsRouteToANodeThatHonoursThem(t *testing.T) {
 		t.Fatal("tool_choice auto never reached the Ollama node")
 	}
 
-	for _, c := range []struct{ extra, param string }{
-		{weatherTools + `,"tool_choice":"required"`, "tool_choice"},
-		{weatherTools + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}}`, "tool_choice"},
-		{`"n":3`, "n"},
-	} {
-		_, te := serve(t, r, `{"model":"oll","messages":[{"role":"user","content":"hi"}],`+c.extra+`}`)
-		if te == nil || te.Code != tollgate.CodeParameterNotSupported || te.Param != c.param {
-			t.Fatalf("%s on an Ollama-only model: %+v, want parameter_not_supported on %s", c.extra, te, c.param)
+}
+
+// On a model whose only server ignores them (Ollama), n and the tool
+// choices are served by tollgate: n calls merged into n choices, and the
+// answer constrained to a tool call by structured output; never refused.
+func TestControlsEmulatedWhereNoServerHonoursThem(t *testing.T) {
+	r, oll, _ := controlsRelay(t)
+	for _, stream := range []bool{false, true} {
+		before := oll.Stats().Requests
+		w := serveRecorded(t, r, fmt.Sprintf(`{"model":"oll","stream":%v,"messages":[{"role":"user","content":"hi"}],"n":3}`, stream))
+		if w.Header().Get("X-Tollgate-Emulated") != "n" {
+			t.Errorf("X-Tollgate-Emulated = %q", w.Header().Get("X-Tollgate-Emulated"))
 		}
-		if !strings.Contains(te.Message, "ollama") {
-			t.Errorf("message does not say which server ignores it: %s", te.Message)
+		if got := oll.Stats().Requests - before; got != 3 {
+			t.Errorf("stream %v: %d upstream calls for n: 3", stream, got)
+		}
+		last, _ := oll.LastRequest()
+		if strings.Contains(string(last.Body), `"n"`) || strings.Contains(string(last.Body), `"stream"`) {
+			t.Errorf("upstream body keeps n or stream: %s", last.Body)
+		}
+		for i := 0; i < 3; i++ {
+			if !strings.Contains(w.Body.String(), fmt.Sprintf(`"index":%d`, i)) {
+				t.Errorf("stream %v: no choice %d: %s", stream, i, w.Body)
+			}
+		}
+		if strings.Contains(w.Body.String(), `"index":3`) {
+			t.Errorf("stream %v: more than 3 choices: %s", stream, w.Body)
 		}
 	}
+	for _, extra := range []string{
+		weatherTools + `,"tool_choice":"required"`,
+		weatherTools + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}}`,
+	} {
+		w := serveRecorded(t, r, `{"model":"oll","messages":[{"role":"user","content":"hi"}],`+extra+`}`)
+		if w.Header().Get("X-Tollgate-Emulated") != "tool_choice" {
+			t.Errorf("X-Tollgate-Emulated = %q", w.Header().Get("X-Tollgate-Emulated"))
+		}
+		var resp struct {
+			Choices []struct {
+				FinishReason string `json:"finish_reason"`
+				Message      struct {
+					ToolCalls []struct {
+						ID, Type string
+						Function struct{ Name, Arguments string }
+					} `json:"tool_calls"`
+				}
+			}
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || len(resp.Choices) != 1 {
+			t.Fatalf("%s: %v %s", extra, err, w.Body)
+		}
+		c := resp.Choices[0]
+		if c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Name != "get_weather" ||
+			!json.Valid([]byte(c.Message.ToolCalls[0].Function.Arguments)) || c.Message.ToolCalls[0].Type != "function" {
+			t.Fatalf("%s: not a tool call: %s", extra, w.Body)
+		}
+		last, _ := oll.LastRequest()
+		if !strings.Contains(string(last.Body), `"response_format":{"type":"json_schema"`) || strings.Contains(string(last.Body), `"tools"`) {
+			t.Errorf("upstream body does not constrain the answer: %s", last.Body)
+		}
+	}
+}
+
+// serveRecorded runs one request that must succeed and returns its recorder.
+func serveRecorded(t *testing.T, r *Relay, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	if err := r.ServeChat(w, req, &Call{RequestID: "r", Body: []byte(body)}); err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	return w
 }
 
 // tool_choice "none" on a server that ignores it: the tools are not offered

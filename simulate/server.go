@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -629,6 +630,19 @@ func (s *Server) plan(req *chatRequest, beh Behaviour, clientCalls int) *plan {
 				c.tokens += toolTokens(tc)
 			}
 			c.finish = "tool_calls"
+			continue
+		}
+		if req.jsonSchema != nil {
+			// Constrained output: an instance of the schema, a few bytes a token.
+			var doc map[string]any
+			_ = json.Unmarshal(req.jsonSchema, &doc)
+			want := fragments(string(appendSchemaValue(nil, doc, 0)))
+			got := take(len(want))
+			c.content = want[:got]
+			c.tokens += got
+			if got < len(want) {
+				c.finish = "length"
+			}
 			continue
 		}
 		want := outTokens
