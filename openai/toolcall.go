@@ -107,11 +107,20 @@ func (r *ChatRequest) choiceName() string {
 	return ""
 }
 
+const toolCallInstruction = "Answer with a call of a tool: only a JSON object with the tool's name and its arguments, valid against this JSON schema: "
+
+// ToolCallPromptBytes bounds the bytes the system message asking for a
+// call of schema adds to the prompt (its text, JSON-escaped, and framing),
+// for the balance hold.
+func ToolCallPromptBytes(schema []byte) int64 {
+	return int64(len(toolCallInstruction) + 2*len(schema) + 64)
+}
+
 // appendToolSystemMessage appends the messages array msgs with a first
 // system message asking for the call: the model then knows the tools even
 // though they are not offered as tools.
 func appendToolSystemMessage(dst, msgs, schema []byte) []byte {
-	text := "Answer with a call of a tool: only a JSON object with the tool's name and its arguments, valid against this JSON schema: " + string(schema)
+	text := toolCallInstruction + string(schema)
 	dst = append(dst, `[{"role":"system","content":`...)
 	dst = AppendJSONString(dst, text)
 	dst = append(dst, '}')

@@ -207,3 +207,22 @@ func TestToolChoiceNoneOnAServerThatIgnoresIt(t *testing.T) {
 		t.Fatalf("auto on the simulated Ollama: %v %s (want a tool call)", te, out)
 	}
 }
+
+// The hold of an emulated request covers what its calls charge: each of the
+// n calls reads the prompt, and an enforced tool choice adds its schema.
+func TestEmulatedHoldCoversTheCharge(t *testing.T) {
+	r0, _, _ := controlsRelay(t)
+	fb := &fakeBiller{}
+	r := New(r0.Catalog(), Options{}, Deps{Biller: fb})
+	long := strings.Repeat("words ", 400)
+	for _, extra := range []string{`"n":8,"max_tokens":1`, weatherTools + `,"tool_choice":"required"`, weatherTools + `,"tool_choice":"required","n":4`} {
+		fb.charges = nil
+		serveRecorded(t, r, `{"model":"oll","messages":[{"role":"user","content":"`+long+`"}],`+extra+`}`)
+		if len(fb.charges) != 1 {
+			t.Fatalf("%s: %d charges", extra, len(fb.charges))
+		}
+		if c := fb.charges[0]; c.Cost > fb.held || c.Cost <= 0 {
+			t.Errorf("%s: charged %s (%d prompt tokens) against a hold of %s", extra, c.Cost, c.PromptTokens, fb.held)
+		}
+	}
+}

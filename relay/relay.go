@@ -265,6 +265,12 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
+		if toolCall != nil {
+			promptBound = min(promptBound+openai.ToolCallPromptBytes(toolCall), m.ContextLength)
+		}
+		if emulate&openai.ControlN != 0 {
+			promptBound *= cr.N // each of the n calls reads the prompt
+		}
 		amount, err := holdAmount(b.Prices, promptBound, outCap*cr.N)
 		if err != nil {
 			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr), "the request's cost bound is out of range")
