@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -13,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,7 +155,7 @@ func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, t
 	if err := e.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", a.Created); err != nil {
+	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
 		t.Fatal(err)
 	}
 	secret := tollgate.NewKeySecret()
@@ -296,7 +299,7 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := b.get(tollgate.InvitePath(token))
-	if p.header.Get("Referrer-Policy") != "no-referrer" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+	if p.header.Get("Referrer-Policy") != "same-origin" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
 		t.Errorf("invite page headers: %v", p.header)
 	}
 	short := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"short"}, "confirm": {"short"}})
@@ -314,6 +317,22 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 	stored, err := e.st.PasswordHash(t.Context(), e.acct.ID)
 	if err != nil || !strings.HasPrefix(stored, "$argon2id$v=19$m=64,t=1,p=1$") || strings.Contains(stored, password) {
 		t.Errorf("stored password = %q, %v", stored, err)
+	}
+	// The link, opened again, says it was used and shows no form.
+	used := b.get(tollgate.InvitePath(token))
+	if used.status != http.StatusGone || !strings.Contains(used.body, `data-gone="used"`) || !strings.Contains(used.body, "It was used on 2026-03-20 15:00 UTC") ||
+		strings.Contains(used.body, `type="password"`) {
+		t.Errorf("a used invitation's page: %d\n%s", used.status, used.body)
+	}
+	if r := b.get("/console/invite?token=inv-madeup"); r.status != http.StatusNotFound || !strings.Contains(r.body, `data-gone="unknown"`) || strings.Contains(r.body, "<form") {
+		t.Errorf("an unknown invitation's page: %d\n%s", r.status, r.body)
+	}
+	late, _, err := tollgate.IssueInvite(t.Context(), e.st, e.acct.ID, e.clock.now().Add(-tollgate.InviteTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(tollgate.InvitePath(late)); r.status != http.StatusGone || !strings.Contains(r.body, `data-gone="expired"`) || strings.Contains(r.body, "<form") {
+		t.Errorf("an expired invitation's page: %d\n%s", r.status, r.body)
 	}
 	again := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"another password!"}, "confirm": {"another password!"}})
 	if again.status != http.StatusNotFound || again.code() != "not_found" {
@@ -339,7 +358,7 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 		t.Errorf("the session is not stored under the hash of its cookie: %v", err)
 	}
 	ov := b.get("/console/")
-	if ov.status != 200 || !strings.Contains(ov.body, `id="balance">10.00 USD`) || ov.header.Get("Cache-Control") != "no-store" {
+	if ov.status != 200 || !strings.Contains(ov.body, shown("balance", "10.00")) || ov.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("overview: %d %q\n%s", ov.status, ov.header.Get("Cache-Control"), ov.body)
 	}
 	// Sign-out revokes the session's playground key.
@@ -507,7 +526,7 @@ func TestInviteLimitsAndEndsSessions(t *testing.T) {
 	}
 	// Two tries were used from this address (both browsers are loopback);
 	// the rest of the window's are bogus tokens.
-	p := fresh.get("/console/invite?token=x")
+	p := fresh.get("/console/signin") // the same pre-session's token as the invitation form's
 	for i := range addressInvites - 2 {
 		r := fresh.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {"inv-bogus" + itoa(int64(i))},
 			"password": {"a brand new password"}, "confirm": {"a brand new password"}})
@@ -631,9 +650,139 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 			resp.Body.Close()
 			cs := resp.Cookies()
 			if len(cs) != 1 || cs[0].Secure != tc.secure {
-				t.Errorf("cookies %+v, want Secure=%t", cs, tc.secure)
+				t.Fatalf("cookies %+v, want Secure=%t", cs, tc.secure)
+			}
+			// Over TLS, a __Host- cookie (Path=/, no Domain).
+			if host := strings.HasPrefix(cs[0].Name, "__Host-"); host != tc.secure || tc.secure && (cs[0].Path != "/" || cs[0].Domain != "") {
+				t.Errorf("cookie %+v over TLS=%t: want the __Host- prefix and Path=/ exactly over TLS", cs[0], tc.secure)
 			}
 		})
+	}
+}
+
+// Served over TLS, the whole sign-in works with __Host- cookies, and a
+// cookie without the prefix (which a sibling subdomain or a plain-http
+// port could plant) is not read.
+func TestHostCookiesOverTLS(t *testing.T) {
+	e := newEnv(t, Options{})
+	srv := httptest.NewTLSServer(e.con)
+	t.Cleanup(srv.Close)
+	e.srv = srv
+	b := e.browser(t)
+	b.c.Transport = srv.Client().Transport
+	b.setPassword(e.acct.ID, password)
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-in over TLS: %d %s", r.status, r.code())
+	}
+	u, _ := url.Parse(srv.URL + "/console/")
+	names := map[string]bool{}
+	for _, ck := range b.c.Jar.Cookies(u) {
+		names[ck.Name] = true
+	}
+	if !names["__Host-tg_console"] || !names["__Host-tg_form"] || names["tg_console"] || names["tg_form"] {
+		t.Errorf("cookies over TLS: %v, want __Host-tg_console and __Host-tg_form only", names)
+	}
+	if r := b.get("/console/"); r.status != 200 {
+		t.Errorf("overview over TLS: %d", r.status)
+	}
+	// A planted pre-session without the prefix is not the form's.
+	planted := e.browser(t)
+	planted.c.Transport = srv.Client().Transport
+	p := b.get("/console/signin")
+	planted.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: strings.Repeat("A", 43) + ".9999999999"}})
+	if r := planted.post("/console/signin", url.Values{"csrf": {p.csrf(t)}, "account": {e.acct.ID}, "password": {password}}); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("a planted tg_form cookie over TLS: %d %s", r.status, r.code())
+	}
+}
+
+// Login CSRF: a page of another origin (another port of this host, a
+// sibling subdomain) that can plant the pre-session cookie must still not
+// sign the victim's browser in to the attacker's account.
+func TestLoginCSRF(t *testing.T) {
+	e := newEnv(t, Options{})
+	attacker, _ := e.newAccount(t, "mallory", "1")
+	e.browser(t).setPassword(attacker.ID, password)
+	signedIn := func(b *browser) bool {
+		t.Helper()
+		return b.get("/console/").status == 200
+	}
+	u, _ := url.Parse(e.srv.URL + "/console/")
+
+	// 1. The old attack: a made-up cookie and the same value as the token.
+	victim := e.browser(t)
+	made := strings.Repeat("x", 43)
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: made, Path: "/console/"}})
+	if r := victim.post("/console/signin", url.Values{"csrf": {made}, "account": {attacker.ID}, "password": {password}}); r.code() != "invalid_request" || signedIn(victim) {
+		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
+	}
+
+	// 2. A genuine pre-session the attacker fetched and planted, sent from
+	// the attacker's page: the browser says where the form came from.
+	evil := e.browser(t)
+	token := evil.get("/console/signin").csrf(t)
+	var pre *http.Cookie
+	for _, ck := range evil.c.Jar.Cookies(u) {
+		if ck.Name == "tg_form" {
+			pre = ck
+		}
+	}
+	if pre == nil {
+		t.Fatal("the sign-in page set no tg_form cookie")
+	}
+	for name, h := range map[string]http.Header{
+		"Sec-Fetch-Site: same-site":     {"Sec-Fetch-Site": {"same-site"}, "Origin": {"http://127.0.0.1:1"}},
+		"Sec-Fetch-Site: cross-site":    {"Sec-Fetch-Site": {"cross-site"}},
+		"Origin of another port":        {"Origin": {"http://127.0.0.1:1"}},
+		"Origin of a sibling subdomain": {"Origin": {"https://evil.example.com"}},
+		"Origin: null":                  {"Origin": {"null"}},
+	} {
+		victim := e.browser(t)
+		victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: pre.Value, Path: "/console/"}})
+		req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+			strings.NewReader(url.Values{"csrf": {token}, "account": {attacker.ID}, "password": {password}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		maps.Copy(req.Header, h)
+		r := victim.do(req)
+		if r.status != http.StatusBadRequest || r.code() != "invalid_request" || !strings.Contains(r.body, "another site") || signedIn(victim) {
+			t.Errorf("%s: %d %s, signed in %t", name, r.status, r.code(), signedIn(victim))
+		}
+	}
+	// The same form from this console's own page goes through.
+	self := e.browser(t)
+	self.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: pre.Value, Path: "/console/"}})
+	req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+		strings.NewReader(url.Values{"csrf": {token}, "account": {attacker.ID}, "password": {password}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Origin", e.srv.URL)
+	if r := self.do(req); r.status != http.StatusSeeOther || !signedIn(self) {
+		t.Errorf("the console's own form: %d %s", r.status, r.code())
+	}
+
+	// 3. A pre-session past its expiry is refused, and another instance on
+	// the same store (the secret is shared) accepts a live one.
+	late := e.browser(t)
+	tok := late.get("/console/signin").csrf(t)
+	e.restart(t, e.st, nil)
+	if r := late.post("/console/signin", url.Values{"csrf": {tok}, "account": {attacker.ID}, "password": {"wrong password!"}}); r.status != http.StatusUnauthorized {
+		t.Errorf("a pre-session from another instance: %d %s, want the password checked (401)", r.status, r.code())
+	}
+	e.clock.add(formTTL + time.Second)
+	if r := late.post("/console/signin", url.Values{"csrf": {tok}, "account": {attacker.ID}, "password": {password}}); r.code() != "invalid_request" || signedIn(late) {
+		t.Errorf("an expired pre-session: %d %s", r.status, r.code())
+	}
+
+	// 4. Signed in, a cross-origin POST is refused too.
+	b := e.signedIn(t)
+	csrf := b.get("/console/keys").csrf(t)
+	req, _ = http.NewRequest("POST", e.srv.URL+"/console/keys", strings.NewReader(url.Values{"csrf": {csrf}, "name": {"evil"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-site")
+	if r := b.do(req); r.code() != "invalid_request" {
+		t.Errorf("a signed-in POST from another origin: %d %s", r.status, r.code())
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Errorf("a key was made from another origin: %d keys", len(keys))
 	}
 }
 
@@ -669,7 +818,10 @@ func TestKeysCreateListRevoke(t *testing.T) {
 		t.Errorf("stored key = %+v", k)
 	}
 	list := b.get("/console/keys")
-	if strings.Contains(list.body, secret) || !strings.Contains(list.body, k.Prefix+"…") || !strings.Contains(list.body, "2.50 USD") {
+	if !regexp.MustCompile(`(?s)<details class="confirm"><summary class="button danger" aria-label="Revoke key laptop…">Revoke…</summary>.*?<form method="post" action="/console/keys/` + k.ID + `/revoke">`).MatchString(list.body) {
+		t.Errorf("revoking is not behind a confirmation:\n%s", list.body)
+	}
+	if strings.Contains(list.body, secret) || !strings.Contains(list.body, k.Prefix+"…") || !strings.Contains(list.body, cash("2.5")+" USD") {
 		t.Errorf("the list after creation shows the secret, or not the key")
 	}
 	// Another account's key id: not found, and the key stays active.
@@ -702,10 +854,10 @@ func TestOverviewFigures(t *testing.T) {
 	b := e.signedIn(t)
 	p := b.get("/console/")
 	for _, want := range []string{
-		`id="balance">2.749999999999 USD`, // 10 − 7.250000000001
-		`id="spend-today">0.250000000001 USD`,
-		`id="spend-month">1.250000000001 USD`,
-		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">3.000000000001</td>`,
+		shown("balance", "2.749999999999"), // 10 − 7.250000000001
+		shown("spend-today", "0.250000000001"),
+		shown("spend-month", "1.250000000001"),
+		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
 		// The prices are /pricing's: network 3 of 4 requests.
 		`<td class="num">0.12 / 0.4</td>`, `<td class="num">2.2 / 8.8</td>`, `network share 0.75`,
 	} {
@@ -717,13 +869,14 @@ func TestOverviewFigures(t *testing.T) {
 		t.Errorf("%d bars, want 4 in each chart (two models today, one 3 days ago, one 25 days ago)", n)
 	}
 	for _, want := range []string{
-		"2026-02-23 · tg-chat · 2.00 USD", "2026-02-23 · tg-chat · 120 tokens", // the bars of 25 days ago
+		bar("2026-02-23", "tg-chat", "2.00"), "2026-02-23 · tg-chat · 120 tokens", // the bars of 25 days ago
 		`<svg class="chart" id="spend-chart"`, `<svg class="chart" id="tokens-chart"`,
 		`<title id="tokens-svg-title">Tokens per day by model, last 30 days</title>`,
 		`the tallest day is 240 tokens`, // today: two charges of 120 tokens
 		// The tables for screen readers: a column per model, then the day's total.
 		`<th scope="col" class="num">tg-chat</th><th scope="col" class="num">tg-mini</th><th scope="col" class="num">Total</th>`,
-		`<tr><th scope="row">2026-03-20</th><td class="num">0.000000000001</td><td class="num">0.25</td><td class="num">0.250000000001</td></tr>`,
+		`<tr><th scope="row">2026-03-20</th><td class="num">` + cash("0.000000000001") + `</td><td class="num">` + cash("0.25") + `</td><td class="num">` +
+			cash("0.250000000001") + `</td></tr>`,
 		`<tr><th scope="row">2026-03-20</th><td class="num">120</td><td class="num">120</td><td class="num">240</td></tr>`,
 		`<tr><th scope="row">2026-03-17</th><td class="num">120</td><td class="num">0</td><td class="num">120</td></tr>`,
 	} {
@@ -749,12 +902,12 @@ func TestOverviewPastDaysCache(t *testing.T) {
 	if len(a.out) != 1 || a.out[0].Cost != tollgate.MustParseAmount("1") {
 		t.Fatalf("the sign-in did not sum the past days: %+v", a.out)
 	}
-	if p := b.get("/console/"); !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+	if p := b.get("/console/"); !strings.Contains(p.body, shown("spend-month", "1.00")) {
 		t.Fatal("overview before the late charge")
 	}
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	p := b.get("/console/")
-	if !strings.Contains(p.body, `id="spend-month">1.50 USD`) || !strings.Contains(p.body, "2026-03-15 · tg-mini · 0.50 USD") {
+	if !strings.Contains(p.body, shown("spend-month", "1.50")) || !strings.Contains(p.body, bar("2026-03-15", "tg-mini", "0.50")) {
 		t.Error("a charge into a past day does not show at the next view")
 	}
 	// Only the changed day was summed again: the other day's sums are the
@@ -765,7 +918,7 @@ func TestOverviewPastDaysCache(t *testing.T) {
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now)
 	e.clock.add(10 * time.Hour) // 01:00 the next day, within the sign-in
 	p = b.get("/console/")
-	for _, want := range []string{`id="spend-today">0.00 USD`, `id="spend-month">3.50 USD`, "2026-03-20 · tg-chat · 2.00 USD"} {
+	for _, want := range []string{shown("spend-today", "0.00"), shown("spend-month", "3.50"), bar("2026-03-20", "tg-chat", "2.00")} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("the next day, the overview lacks %s", want)
 		}
@@ -826,12 +979,12 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -20)) // last month, in the chart
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now)
-	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", now.AddDate(0, 0, -4)); err != nil {
+	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
 		t.Fatal(err)
 	}
 	b := e.signedIn(t)
-	want := []string{`id="spend-today">0.25 USD`, `id="spend-month">1.75 USD`, "2026-03-17 · tg-chat · 1.00 USD",
-		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
+	want := []string{shown("spend-today", "0.25"), shown("spend-month", "1.75"), bar("2026-03-17", "tg-chat", "1.00"),
+		bar("2026-03-15", "tg-mini", "0.50"), bar("2026-02-28", "tg-chat", "2.00")}
 	view := func(what string, want []string) {
 		t.Helper()
 		p := b.get("/console/")
@@ -876,8 +1029,8 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	}
 	// A charge recovered into a saved day.
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -3).Add(time.Hour))
-	want = []string{`id="spend-today">0.25 USD`, `id="spend-month">2.00 USD`, "2026-03-17 · tg-chat · 1.25 USD",
-		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
+	want = []string{shown("spend-today", "0.25"), shown("spend-month", "2.00"), bar("2026-03-17", "tg-chat", "1.25"),
+		bar("2026-03-15", "tg-mini", "0.50"), bar("2026-02-28", "tg-chat", "2.00")}
 	view("a late charge", want)
 	if n, m := cs.closedSums.Load(), cs.dayMarks.Load(); n != 1 || m != 1 {
 		t.Errorf("after a late charge, the past days were summed %d times and their marks read %d times, want once each (the day that changed)", n, m)
@@ -894,8 +1047,8 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.restart(t, cs3, nil)
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -5).Add(time.Minute))
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("3"), now.AddDate(0, 0, -10))
-	view("late charges before the first view of a restarted instance", []string{`id="spend-month">5.25 USD`,
-		"2026-03-17 · tg-chat · 1.25 USD", "2026-03-15 · tg-mini · 0.75 USD", "2026-03-10 · tg-mini · 3.00 USD", "2026-02-28 · tg-chat · 2.00 USD"})
+	view("late charges before the first view of a restarted instance", []string{shown("spend-month", "5.25"),
+		bar("2026-03-17", "tg-chat", "1.25"), bar("2026-03-15", "tg-mini", "0.75"), bar("2026-03-10", "tg-mini", "3.00"), bar("2026-02-28", "tg-chat", "2.00")})
 	if n := cs3.closedSums.Load(); n != 1 {
 		t.Errorf("the past days were summed %d times, want once (the span of the two days that changed)", n)
 	}
@@ -912,7 +1065,7 @@ func TestOverviewSavedDaysFail(t *testing.T) {
 	e.restart(t, cs, slog.New(slog.NewTextHandler(&log, nil)))
 	b := e.signedIn(t)
 	p := b.get("/console/")
-	if p.status != 200 || !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+	if p.status != 200 || !strings.Contains(p.body, shown("spend-month", "1.00")) {
 		t.Fatalf("overview with the saved days failing: %d %s", p.status, p.code())
 	}
 	for _, w := range []string{"console: read the saved past days", "console: save the past days", "the disk is on fire"} {
@@ -946,21 +1099,34 @@ func TestActivityAndCSV(t *testing.T) {
 	if first < 0 || second < first {
 		t.Errorf("activity is not newest first with 12 decimals (%d, %d)", first, second)
 	}
-	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="num mono"`) != activityPage {
+	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="mono request-id"`) != activityPage {
 		t.Errorf("first page: want %d rows and a next page", activityPage)
 	}
-	p2 := b.get("/console/activity?page=2")
-	if n := strings.Count(p2.body, `class="num mono"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
+	next := regexp.MustCompile(`<a href="([^"]*)" rel="next">`).FindStringSubmatch(p.body)
+	if next == nil || html.UnescapeString(next[1]) != "/console/activity?page=2" {
+		t.Errorf("the next page's link is %q, want /console/activity?page=2", next)
+	}
+	p2 := b.get(html.UnescapeString(next[1]))
+	if n := strings.Count(p2.body, `class="mono request-id"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
 		t.Errorf("second page: %d rows", n)
 	}
 	f := b.get("/console/activity?model=tg-chat&since=" + now.AddDate(0, 0, -1).Format(time.DateOnly))
-	if n := strings.Count(f.body, `class="num mono"`); n != 1 || !strings.Contains(f.body, "0.000123456789") {
+	if n := strings.Count(f.body, `class="mono request-id"`); n != 1 || !strings.Contains(f.body, "0.000123456789") {
 		t.Errorf("filtered by model and day: %d rows", n)
 	}
 	if r := b.get("/console/activity?since=yesterday"); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="since"`) {
 		t.Errorf("bad date: %d %s", r.status, r.code())
 	}
-	c := b.get("/console/activity.csv?model=tg-chat")
+	// The CSV link the filtered page renders keeps the filter.
+	filtered := b.get("/console/activity?model=tg-chat")
+	m := regexp.MustCompile(`<a class="button secondary" href="([^"]*)" download>CSV</a>`).FindStringSubmatch(filtered.body)
+	if m == nil {
+		t.Fatalf("the filtered activity has no CSV link:\n%s", filtered.body)
+	}
+	if got := html.UnescapeString(m[1]); got != "/console/activity.csv?model=tg-chat" {
+		t.Errorf("the filtered activity's CSV link is %q, want the filter in its query", got)
+	}
+	c := b.get(html.UnescapeString(m[1]))
 	if c.status != 200 || c.header.Get("Content-Type") != "text/csv; charset=utf-8" {
 		t.Fatalf("csv: %d %q", c.status, c.header.Get("Content-Type"))
 	}
@@ -969,12 +1135,21 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, _ := billing.UsageColumns([]string{"key", "model", "backend"}, true, billing.UsageRow{})
-	if strings.Join(recs[0], ",") != strings.Join(head, ",") {
-		t.Errorf("csv header %v, want tollgate usage's %v", recs[0], head)
+	if want := slices.Insert(head, 2, "key_name"); strings.Join(recs[0], ",") != strings.Join(want, ",") {
+		t.Errorf("csv header %v, want tollgate usage's with key_name after key: %v", recs[0], want)
 	}
-	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[2][10] != "0.000123456789" {
+	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[1][2] != e.key.Name || recs[2][11] != "0.000123456789" {
 		t.Errorf("csv rows = %v", recs)
 	}
+	// Without key_name, the same bytes as tollgate usage.
+	var noName strings.Builder
+	cw0 := csv.NewWriter(&noName)
+	for _, rec := range recs {
+		if err := cw0.Write(slices.Delete(rec, 2, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cw0.Flush()
 	// The same bytes as `tollgate usage --account A --model tg-chat --by key,model,backend --period day --csv`.
 	rows, err := billing.Usage(t.Context(), e.st, tollgate.UsageFilter{AccountID: e.acct.ID, Model: "tg-chat"}, []string{"key", "model", "backend"}, "day")
 	if err != nil {
@@ -986,8 +1161,8 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	cw.Flush()
-	if c.body != want.String() {
-		t.Errorf("csv export:\n%s\nwant what tollgate usage writes:\n%s", c.body, want.String())
+	if noName.String() != want.String() {
+		t.Errorf("csv export without key_name:\n%s\nwant what tollgate usage writes:\n%s", noName.String(), want.String())
 	}
 }
 
@@ -1007,6 +1182,12 @@ func TestPagesNeedSession(t *testing.T) {
 	}
 	if r := b.get("/console/static/console.css"); r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
 		t.Errorf("stylesheet: %d %q", r.status, r.header.Get("Content-Type"))
+	}
+	if _, ok := e.con.Routes()["/favicon.ico"]; !ok {
+		t.Error("the api listener's routes lack /favicon.ico")
+	}
+	if r := b.get("/favicon.ico"); r.status != 200 || r.header.Get("Content-Type") != "image/x-icon" || !strings.HasPrefix(r.body, "\x00\x00\x01\x00") {
+		t.Errorf("favicon: %d %q", r.status, r.header.Get("Content-Type"))
 	}
 }
 
@@ -1030,16 +1211,37 @@ func TestPassword(t *testing.T) {
 	}
 }
 
+// cash is an amount as the pages show it (money).
+func cash(amount string) string { return string(money(tollgate.MustParseAmount(amount))) }
+
+// shown is the markup of the element id showing amount USD.
+func shown(id, amount string) string { return `id="` + id + `">` + cash(amount) + ` USD` }
+
+// bar is the hover text of a spend chart's bar.
+func bar(day, model, amount string) string {
+	a := tollgate.MustParseAmount(amount)
+	return day + " · " + model + " · " + rounded(a) + " USD (exactly " + fixed12(a) + ")"
+}
+
 func TestFixed12(t *testing.T) {
 	for a, want := range map[tollgate.Amount]string{1: "0.000000000001", -1_500_000_000_000: "-1.500000000000", 0: "0.000000000000"} {
 		if got := fixed12(a); got != want {
 			t.Errorf("fixed12(%d) = %s, want %s", a, got, want)
 		}
 	}
-	for a, want := range map[string]string{"10": "10.00", "2.5": "2.50", "0.000001": "0.000001"} {
-		if got := usd(tollgate.MustParseAmount(a)); got != want {
-			t.Errorf("usd(%s) = %s, want %s", a, got, want)
+	for a, want := range map[string]string{"10": "10.000000", "0": "0.000000", "2.5": "2.500000", "0.000001": "0.000001",
+		"0.0000005": "0.000001", "0.000000499999": "0.000000", "9.999984680001": "9.999985", "-0.0000005": "-0.000001",
+		"-0.0000004": "0.000000", "1234567.8999995": "1234567.900000"} {
+		if got := rounded(tollgate.MustParseAmount(a)); got != want {
+			t.Errorf("rounded(%s) = %s, want %s", a, got, want)
 		}
+	}
+	if got, want := money(tollgate.MustParseAmount("9.999984680001")),
+		`<data class="amt rounded" value="9.999984680001" title="9.999984680001 USD exactly">9.999985</data>`; string(got) != want {
+		t.Errorf("money = %s, want %s", got, want)
+	}
+	if got := money(tollgate.MustParseAmount("2.5")); !strings.Contains(string(got), `class="amt"`) {
+		t.Errorf("money(2.5) = %s, want it not marked rounded", got)
 	}
 }
 

@@ -109,7 +109,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	}
 	op := &Operator{st: st, o: o, token: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{}, mux: http.NewServeMux(),
 		sessions: map[tollgate.KeyHash]time.Time{}, failures: newAttempts(operatorFailures, failureWindow),
-		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}}}
+		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}, secret: randomSecret()}}
 	for _, name := range []string{"op_signin", "op_accounts", "op_account", "op_service", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -124,6 +124,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	}
 	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
 	op.mux.Handle("GET /console/static/", files)
+	op.mux.HandleFunc("GET /favicon.ico", favicon)
 	op.mux.HandleFunc("GET /console/signin", op.c.page(op.signinForm))
 	op.mux.HandleFunc("POST /console/signin", op.c.page(op.signin))
 	op.mux.HandleFunc("POST /console/signout", op.c.page(op.signedIn(op.signout)))
@@ -140,10 +141,16 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 }
 
 // Routes is the map the admin listener mounts.
-func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: op} }
+func (op *Operator) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Prefix: op, "/favicon.ico": op}
+}
 
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op.c.headers(w, r)
+	if err := op.c.sameOrigin(r); err != nil {
+		op.c.fail(w, r, err)
+		return
+	}
 	op.mux.ServeHTTP(w, r)
 }
 
@@ -155,7 +162,7 @@ func opCurrent(r *http.Request) *opRequest { v, _ := r.Context().Value(opKey{}).
 
 func (op *Operator) signedIn(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		ck, err := r.Cookie(operatorCookie)
+		ck, err := op.c.cookie(r, operatorCookie)
 		if err != nil || ck.Value == "" || !op.live(tollgate.HashKey(ck.Value)) {
 			return op.c.toSignin(w, r)
 		}
@@ -196,7 +203,7 @@ func (op *Operator) signinForm(w http.ResponseWriter, r *http.Request) error {
 // signin compares the SHA-256 of the presented token with the configured
 // one's in constant time, like the admin API.
 func (op *Operator) signin(w http.ResponseWriter, r *http.Request) error {
-	if err := checkFormToken(r); err != nil {
+	if err := op.c.checkFormToken(r); err != nil {
 		return err
 	}
 	now := op.o.Now()
@@ -332,12 +339,18 @@ func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// opEntries is how many of an account's operator entries its page lists.
+const opEntries = 50
+
 type opAccountData struct {
-	Row    opAccountRow
-	Keys   []tollgate.Key
-	Invite string // the whole invitation link, shown once
-	Amount string // what was typed, when the form comes back with an error
-	Note   string
+	Row  opAccountRow
+	Keys []tollgate.Key
+	// Entries are the newest of its ledger entries that are not charges
+	// (the opening balance, credits, debits), with notes and who made them.
+	Entries []tollgate.LedgerEntry
+	Invite  string // the whole invitation link, shown once
+	Amount  string // what was typed, when the form comes back with an error
+	Note    string
 }
 
 var doneNotices = map[string]string{
@@ -366,6 +379,9 @@ func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status
 		return err
 	}
 	if d.Keys, err = op.st.Keys(r.Context(), id); err != nil {
+		return err
+	}
+	if d.Entries, err = op.st.OperatorEntries(r.Context(), id, opEntries); err != nil {
 		return err
 	}
 	v := op.view(r, a.Name, "accounts")
@@ -398,7 +414,7 @@ func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error 
 		if action == "debit" {
 			kind = tollgate.LedgerDebit
 		}
-		e, err := billing.Post(ctx, op.st, kind, id, amount, note, op.o.Now())
+		e, err := billing.Post(ctx, op.st, kind, id, amount, note, "the operator console from "+op.c.clientAddr(r), op.o.Now())
 		if err != nil {
 			var te *tollgate.Error
 			if errors.As(err, &te) {

@@ -22,11 +22,11 @@ type chatRequest struct {
 	n               int
 	stop            []string
 
-	toolsRaw       []byte
+	toolsRaw []byte
 	// jsonSchema is response_format's json_schema.schema: the answer is an
 	// instance of it (every flavour constrains output to it with a
 	// grammar; real-servers */chat/24_json_schema).
-	jsonSchema []byte
+	jsonSchema     []byte
 	toolChoice     string // "", "auto", "none", "required", "function"
 	toolChoiceName string
 

@@ -632,15 +632,23 @@ func (s *Server) plan(req *chatRequest, beh Behaviour, clientCalls int) *plan {
 			c.finish = "tool_calls"
 			continue
 		}
-		if req.jsonSchema != nil {
-			// Constrained output: an instance of the schema, a few bytes a token.
+		// Fixed content: constrained output (an instance of the
+		// response_format schema, as a grammar-constrained server gives),
+		// or the echo of the prompt; a few bytes a token.
+		var fixed []string
+		switch {
+		case req.jsonSchema != nil:
 			var doc map[string]any
 			_ = json.Unmarshal(req.jsonSchema, &doc)
-			want := fragments(string(appendSchemaValue(nil, doc, 0)))
-			got := take(len(want))
-			c.content = want[:got]
+			fixed = fragments(string(appendSchemaValue(nil, doc, 0)))
+		case beh.Echo:
+			fixed = fragments(echoText(req.lastUser))
+		}
+		if fixed != nil {
+			got := take(len(fixed))
+			c.content = fixed[:got]
 			c.tokens += got
-			if got < len(want) {
+			if got < len(fixed) {
 				c.finish = "length"
 			}
 			continue
