@@ -3,6 +3,7 @@ package relay
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -99,8 +100,9 @@ func TestControlsEmulatedWhereNoServerHonoursThem(t *testing.T) {
 			t.Errorf("stream %v: %d upstream calls for n: 3", stream, got)
 		}
 		last, _ := oll.LastRequest()
-		if strings.Contains(string(last.Body), `"n"`) || strings.Contains(string(last.Body), `"stream"`) {
-			t.Errorf("upstream body keeps n or stream: %s", last.Body)
+		// n calls of one choice each; a stream for n choices is n streams.
+		if strings.Contains(string(last.Body), `"n"`) || strings.Contains(string(last.Body), `"stream":true`) != stream {
+			t.Errorf("stream %v: upstream body %s", stream, last.Body)
 		}
 		for i := 0; i < 3; i++ {
 			if !strings.Contains(w.Body.String(), fmt.Sprintf(`"index":%d`, i)) {
@@ -198,5 +200,30 @@ func TestEmulatedHoldCoversTheCharge(t *testing.T) {
 		if c := fb.charges[0]; c.Cost > fb.held || c.Cost <= 0 {
 			t.Errorf("%s: charged %s (%d prompt tokens) against a hold of %s", extra, c.Cost, c.PromptTokens, fb.held)
 		}
+	}
+}
+
+// A stream for n choices whose backend fails mid-stream ends with the
+// error event, and what was delivered is charged; one that fails before
+// anything was sent is a plain HTTP error, with nothing charged.
+func TestStreamForNChoicesFails(t *testing.T) {
+	r0, _, _ := controlsRelay(t)
+	fb := &fakeBiller{}
+	r := New(r0.Catalog(), Options{}, Deps{Biller: fb})
+	w := serveRecorded(t, r, `{"model":"oll","stream":true,"n":2,"messages":[{"role":"user","content":"hi [sim fault=cut after=3]"}]}`)
+	body := w.Body.String()
+	if !strings.Contains(body, `"index":1`) || !strings.Contains(body, `"error"`) || strings.Contains(body, "[DONE]") {
+		t.Fatalf("a cut stream: %s", body)
+	}
+	if len(fb.charges) != 1 || fb.charges[0].CompletionTokens == 0 {
+		t.Fatalf("charges %+v, want one for what was delivered", fb.charges)
+	}
+	fb.charges = nil
+	_, te := serve(t, New(r0.Catalog(), Options{}, Deps{Biller: fb}), `{"model":"oll","stream":true,"n":2,"messages":[{"role":"user","content":"hi [sim fault=context_length]"}]}`)
+	if te == nil || te.Code != tollgate.CodeContextLengthExceeded {
+		t.Fatalf("an upstream refusal: %+v", te)
+	}
+	if len(fb.charges) != 0 {
+		t.Fatalf("charged %+v for a refused request", fb.charges)
 	}
 }

@@ -64,12 +64,7 @@ func (x *exchange) emulated(w http.ResponseWriter, req *http.Request, ctl openai
 	if x.cr.Stream {
 		sctx, cancel := context.WithCancelCause(req.Context())
 		defer cancel(nil)
-		s = &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
-		now := x.r.now().UnixNano()
-		s.lastWrite.Store(now)
-		s.lastUpstream.Store(now)
-		s.endBy = now + int64(x.r.opts.StreamTotal)
-		s.startWatchdog(cancel)
+		s = x.startStreamer(w, cancel)
 		defer s.stopWatchdog()
 		ctx = sctx
 	} else {

@@ -254,10 +254,14 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 			emulate &^= toolControls
 		}
 	}
+	// A stream for n choices whose tool choice (if any) needs no enforcing
+	// is n live streams (emulate_stream.go); other emulated answers are
+	// made whole first (emulate.go).
+	liveN := cr.Stream && emulate == openai.ControlN
 	bufp := r.bufs.Get().(*[]byte)
 	defer r.bufs.Put(bufp)
 	body := cr.AppendUpstreamBody((*bufp)[:0], openai.UpstreamOptions{Model: b.UpstreamModel, Flavour: node.Flavour, MaxTokens: outCap,
-		OneChoice: emulate&openai.ControlN != 0, NonStream: emulate != 0, ToolCall: toolCall})
+		OneChoice: emulate&openai.ControlN != 0, NonStream: emulate != 0 && !liveN, ToolCall: toolCall})
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
@@ -286,7 +290,10 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 		}
 		defer x.releaseUnsettled()
 	}
-	if emulate != 0 {
+	switch {
+	case liveN:
+		return x.streamN(w, req, int(cr.N))
+	case emulate != 0:
 		return x.emulated(w, req, emulate)
 	}
 	if cr.Stream {

@@ -321,14 +321,8 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 		x.call.Outcome = "failed"
 		return failure
 	}
-	switch {
-	case clientGone:
-		x.call.Outcome = "disconnected"
+	if !x.streamOutcome(clientGone, failure) {
 		return nil
-	case failure != nil:
-		x.call.Outcome = "failed_mid_stream"
-	default:
-		x.call.Outcome = "served"
 	}
 	if !s.committed {
 		s.commit()
