@@ -227,3 +227,18 @@ func TestStreamForNChoicesFails(t *testing.T) {
 		t.Fatalf("charged %+v for a refused request", fb.charges)
 	}
 }
+
+// A stream for n choices records its charge so far in the journal, summed
+// over its streams, as any stream does.
+func TestStreamForNChoicesRecordsProgress(t *testing.T) {
+	r0, _, _ := controlsRelay(t)
+	fb := &fakeBiller{}
+	r := New(r0.Catalog(), Options{}, Deps{Biller: fb})
+	serveRecorded(t, r, `{"model":"oll","stream":true,"n":2,"messages":[{"role":"user","content":"hi"}]}`)
+	if len(fb.progress) == 0 || len(fb.charges) != 1 {
+		t.Fatalf("progress %d, charges %d", len(fb.progress), len(fb.charges))
+	}
+	if p := fb.progress[0]; p.CompletionTokens <= 0 || p.CompletionTokens > fb.charges[0].CompletionTokens {
+		t.Errorf("progress %+v against the charge %+v", p, fb.charges[0])
+	}
+}

@@ -40,6 +40,9 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 		head.authorization = x.node.authorization()[0]
 	}
 	legs := make([]streamLeg, n)
+	// What the streams delivered goes to the charge journal at the first
+	// token and then every streamProgressEvery, as for any stream.
+	prog := &legProgress{prog: x.progress(), usage: make([]openai.Usage, n)}
 	var first sync.Once
 	var wg sync.WaitGroup
 	start := x.r.now()
@@ -49,7 +52,7 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 			defer wg.Done()
 			l := &legs[i]
 			l.norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
-			l.run(ctx, x, s, h1, head, i, &first)
+			l.run(ctx, x, s, h1, head, i, &first, prog)
 			if l.failure != nil {
 				cancel(errLegFailed) // the answer is incomplete: end the others
 			}
@@ -116,7 +119,7 @@ type streamLeg struct {
 }
 
 // run reads one upstream stream and forwards its chunks as choice i's.
-func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Pool, head upstreamHead, i int, first *sync.Once) {
+func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Pool, head upstreamHead, i int, first *sync.Once, prog *legProgress) {
 	resp, err := h1.post(ctx, head, x.body)
 	if err != nil {
 		l.failure = err
@@ -171,8 +174,34 @@ func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Poo
 				x.firstTokenEvent()
 				s.flush()
 			})
+			if prog.prog.pr != nil {
+				prog.note(x, i, l.norm.FinalUsage(x.promptEstimate))
+			}
 		}
 	}
+}
+
+// legProgress records the charge so far of streamN's streams together.
+type legProgress struct {
+	mu    sync.Mutex
+	prog  progress
+	usage []openai.Usage // each stream's so far
+}
+
+// note takes stream i's usage so far and records the sum when a record is
+// due.
+func (p *legProgress) note(x *exchange, i int, u openai.Usage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.usage[i] = u
+	if !p.prog.due(x.r.now().UnixNano()) {
+		return
+	}
+	var sum openai.Usage
+	for _, v := range p.usage {
+		sum = sumUsage(sum, v)
+	}
+	x.recordProgress(p.prog.pr, sum.Normalize(), 0)
 }
 
 // served reports whether the stream ended as a stream should.
