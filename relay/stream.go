@@ -407,7 +407,7 @@ func (s *streamer) startWatchdog(cancel context.CancelCauseFunc) {
 
 // keepAliveDue is how long after the last write the keep-alive comment is
 // sent: a tenth earlier than KeepAlive, at most 250 ms, so that the timer's
-// and the scheduler's delays never let a gap exceed KeepAlive (CONTRACT.md:
+// and the scheduler's delays never let a gap exceed KeepAlive (docs/api.md, "Keep-alives":
 // comments at least every 15 s).
 func keepAliveDue(keepAlive time.Duration) time.Duration {
 	return keepAlive - min(keepAlive/10, 250*time.Millisecond)

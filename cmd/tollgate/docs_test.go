@@ -281,6 +281,9 @@ func TestDocsNameRealErrorCodes(t *testing.T) {
 	statusCode := regexp.MustCompile("\\b([1-5][0-9][0-9])\\s*\\|?\\s*`([a-z_]+)`")
 	checked := 0
 	for name, text := range texts {
+		if name == "docs/simulator.md" {
+			continue // the simulated servers' own errors (vLLM's, Stripe's, ...)
+		}
 		for _, m := range statusCode.FindAllStringSubmatch(text, -1) {
 			status, code := m[1], m[2]
 			if strings.HasSuffix(code, "_error") || externalCodes[code] {
@@ -390,5 +393,105 @@ func TestDocsNameRealPaths(t *testing.T) {
 		if status, body := ask("api", http.MethodGet, strings.ReplaceAll(p, "{id}", "tg-chat")); status != 404 || !strings.Contains(body, `"code":"not_found"`) {
 			t.Errorf("GET %s, which docs/api.md says is not served: %d %s", p, status, body)
 		}
+	}
+}
+
+// The Compose walkthrough of docs/operations.md sets every variable that
+// deploy/tollgate.yaml names (`serve` refuses to start without one): the
+// compose file passes each to the instances, from a variable the
+// walkthrough exports when the compose file does not build it itself.
+func TestComposeWalkthroughSetsTheConfigsVariables(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	cfg, compose, ops := read("../../deploy/tollgate.yaml"), read("../../deploy/docker-compose.yml"), read("../../docs/operations.md")
+	start := strings.Index(ops, "```sh\ncd deploy\n")
+	if start < 0 {
+		t.Fatal("docs/operations.md has no Compose walkthrough (a block starting `cd deploy`)")
+	}
+	walk := ops[start : start+strings.Index(ops[start+3:], "```")]
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^export (.*)`).FindAllStringSubmatch(walk, -1) {
+		for _, a := range regexp.MustCompile(`([A-Z_]+)=`).FindAllStringSubmatch(m[1], -1) {
+			exported[a[1]] = true
+		}
+	}
+	vars := regexp.MustCompile(`(?m)_env: ([A-Z_]+)`).FindAllStringSubmatch(cfg, -1)
+	if len(vars) < 3 {
+		t.Fatalf("deploy/tollgate.yaml names %d variables; the pattern misses them", len(vars))
+	}
+	for _, v := range vars {
+		m := regexp.MustCompile(`(?m)^\s+` + v[1] + `: (.*)$`).FindStringSubmatch(compose)
+		if m == nil {
+			t.Errorf("deploy/tollgate.yaml names %s, which deploy/docker-compose.yml does not set", v[1])
+			continue
+		}
+		for _, ref := range regexp.MustCompile(`\$\{([A-Z_]+)(:?[-?])?`).FindAllStringSubmatch(m[1], -1) {
+			if ref[2] != ":?" {
+				t.Errorf("deploy/docker-compose.yml: %s comes from ${%s%s...}: an unset variable must stop compose, not start an instance that refuses it", v[1], ref[1], ref[2])
+			}
+			if !exported[ref[1]] {
+				t.Errorf("docs/operations.md's Compose walkthrough does not export %s (deploy/docker-compose.yml builds %s from it)", ref[1], v[1])
+			}
+		}
+	}
+}
+
+// Every relative link of the docs leads to a file that exists and, with a
+// #fragment, to one of its headings (as GitHub makes their anchors), so a
+// fact stated once stays reachable from the docs that point at it.
+func TestDocsLinksResolve(t *testing.T) {
+	_, texts := docSpans(t)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading := regexp.MustCompile("(?m)^#{1,6} (.+)$")
+	anchors := func(text string) map[string]bool {
+		set := map[string]bool{}
+		for _, h := range heading.FindAllStringSubmatch(text, -1) {
+			var b strings.Builder
+			for _, r := range strings.ToLower(strings.TrimSpace(h[1])) {
+				switch {
+				case r == ' ':
+					b.WriteRune('-')
+				case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+					b.WriteRune(r)
+				}
+			}
+			set[b.String()] = true
+		}
+		return set
+	}
+	checked := 0
+	fence := regexp.MustCompile("(?ms)^```.*?^```")
+	for name, text := range texts {
+		prose := inlineCode.ReplaceAllString(fence.ReplaceAllString(text, ""), "")
+		for _, m := range link.FindAllStringSubmatch(prose, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := filepath.Join("../..", filepath.Dir(name), file)
+			if file == "" {
+				path = filepath.Join("../..", name)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				if _, serr := os.Stat(path); serr != nil {
+					t.Errorf("%s: link %s: %v", name, target, serr)
+				}
+				continue
+			}
+			checked++
+			if frag != "" && !anchors(string(b))[frag] {
+				t.Errorf("%s: link %s: %s has no heading #%s", name, target, file, frag)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Errorf("checked %d links in the docs; the pattern misses them", checked)
 	}
 }

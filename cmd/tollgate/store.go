@@ -34,6 +34,9 @@ type Store interface {
 	console.OperatorStore
 	idempotency.Store
 	migrator
+	// WALSyncs counts the write-ahead log syncs tollgate made itself, for
+	// the benchmark's report.
+	WALSyncs() int64
 }
 
 var (
