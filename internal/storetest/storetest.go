@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) tollgate.Store) {
 	}
 	runBilling(t, open)
 	runConsole(t, open)
+	runPayments(t, open)
 }
 
 // t0 is a fixed instant with sub-microsecond digits, which stores drop.
