@@ -62,7 +62,8 @@ func books(st tollgate.Store) (billingStore, error) {
 
 // adminRoutes is the admin API for the admin listener (nil when the store
 // keeps no ledger). Without an admin token every request is 401.
-func adminRoutes(cfg *config.Config, st tollgate.Store, log *slog.Logger) map[string]http.Handler {
+// pay serves the payment routes (nil: payments off).
+func adminRoutes(cfg *config.Config, st tollgate.Store, pay admin.Payments, log *slog.Logger) map[string]http.Handler {
 	as, ok := st.(admin.Store)
 	if !ok {
 		return nil
@@ -71,7 +72,7 @@ func adminRoutes(cfg *config.Config, st tollgate.Store, log *slog.Logger) map[st
 	for _, m := range cfg.Models {
 		models = append(models, m.ID)
 	}
-	return admin.New(as, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log}).Routes()
+	return admin.New(as, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log, Payments: pay}).Routes()
 }
 
 // auditGrace is how long past its lease a hold may live before the audit

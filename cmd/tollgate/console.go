@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/console"
 	"github.com/tollgate/tollgate/relay"
@@ -40,9 +41,9 @@ func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeRe
 }
 
 // adminListenerRoutes are the admin API and the operator's console.
-func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, log *slog.Logger) (map[string]http.Handler, error) {
+func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, pay admin.Payments, log *slog.Logger) (map[string]http.Handler, error) {
 	routes := map[string]http.Handler{}
-	for p, h := range adminRoutes(cfg, st, log) {
+	for p, h := range adminRoutes(cfg, st, pay, log) {
 		routes[p] = h
 	}
 	op, err := operatorRoutes(cfg, rl, uptime, st, log)

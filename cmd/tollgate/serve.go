@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/metrics"
+	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
@@ -44,8 +45,13 @@ type Main struct {
 	Share   *traffic.Share
 	Relay   *relay.Relay
 	Biller  *billing.Biller // nil when billing.disabled
-	Server  *server.Server
-	Metrics *metrics.Metrics
+	// Payments takes account holders' payments (nil: config payments off).
+	Payments *payments.Service
+	// PaymentsProvider replaces the provider config payments: builds (a
+	// test's); nil: built from the config.
+	PaymentsProvider payments.Provider
+	Server           *server.Server
+	Metrics          *metrics.Metrics
 	// Tracing exports spans (nil: tracing off). A test may set it before
 	// Open, with an in-memory exporter.
 	Tracing *tracing.Provider
@@ -148,6 +154,10 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
+	if err := m.openPayments(); err != nil {
+		m.Close(ctx)
+		return err
+	}
 	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
 		m.Close(ctx)
 		return err
@@ -231,7 +241,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.Log)
+	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.paymentsAdmin(), m.Log)
 	if err != nil {
 		m.Close(ctx)
 		return err

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/metrics"
+	"github.com/tollgate/tollgate/payments"
+)
+
+// The metrics observe the payments.
+var _ payments.Observer = (*metrics.Metrics)(nil)
+
+var errNoPaymentStore = errors.New("payments: the store does not keep payments")
+
+// openPayments builds the payment service when config payments: names a
+// provider, and mounts its webhook on the listeners that serve /pricing.
+func (m *Main) openPayments() error {
+	pc := &m.Config.Payments
+	if !pc.Enabled() {
+		return nil
+	}
+	st, ok := m.Store.(payments.Store)
+	if !ok {
+		return errNoPaymentStore
+	}
+	p := m.PaymentsProvider
+	if p == nil {
+		var err error
+		if p, err = payments.NewStripe(payments.StripeOptions{SecretKey: pc.SecretKey, WebhookSecret: pc.WebhookSecret, APIURL: pc.APIURL}); err != nil {
+			return err
+		}
+	}
+	base := strings.TrimRight(pc.ConsoleURL, "/")
+	o := payments.Options{Min: pc.Min, Max: pc.Max, FeePercent: pc.Fee.Percent, FeeFixed: pc.Fee.Fixed, AutoTopUp: pc.AutoTopUp,
+		SuccessURL: base + "/payments?payment={PAYMENT_ID}", CancelURL: base + "/payments?payment={PAYMENT_ID}&canceled=1",
+		Log: m.Log}
+	if m.Metrics != nil {
+		o.Observer = m.Metrics
+	}
+	m.Payments = payments.New(p, st, o)
+	m.Server.Webhooks = map[string]func(http.ResponseWriter, *http.Request) error{payments.WebhookPath: m.Payments.ServeWebhook}
+	return nil
+}
+
+// paymentsAdmin is what the admin API's payment routes use (nil: payments off).
+func (m *Main) paymentsAdmin() admin.Payments {
+	if m.Payments == nil {
+		return nil
+	}
+	return struct {
+		tollgate.PaymentStore
+		*payments.Service
+	}{m.Store.(tollgate.PaymentStore), m.Payments}
+}
