@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 
@@ -14,18 +13,12 @@ import (
 // The metrics observe the payments.
 var _ payments.Observer = (*metrics.Metrics)(nil)
 
-var errNoPaymentStore = errors.New("payments: the store does not keep payments")
-
 // openPayments builds the payment service when config payments: names a
 // provider, and mounts its webhook on the listeners that serve /pricing.
 func (m *Main) openPayments() error {
 	pc := &m.Config.Payments
 	if !pc.Enabled() {
 		return nil
-	}
-	st, ok := m.Store.(payments.Store)
-	if !ok {
-		return errNoPaymentStore
 	}
 	p := m.PaymentsProvider
 	if p == nil {
@@ -41,7 +34,7 @@ func (m *Main) openPayments() error {
 	if m.Metrics != nil {
 		o.Observer = m.Metrics
 	}
-	m.Payments = payments.New(p, st, o)
+	m.Payments = payments.New(p, m.Store, o)
 	m.Server.Webhooks = map[string]func(http.ResponseWriter, *http.Request) error{payments.WebhookPath: m.Payments.ServeWebhook}
 	return nil
 }
@@ -54,5 +47,5 @@ func (m *Main) paymentsAdmin() admin.Payments {
 	return struct {
 		tollgate.PaymentStore
 		*payments.Service
-	}{m.Store.(tollgate.PaymentStore), m.Payments}
+	}{m.Store, m.Payments}
 }

@@ -127,9 +127,7 @@ func TestPaymentsEndToEnd(t *testing.T) {
 	if st, body := h.adminGet(t, "/admin/v1/audit", "s3cret"); st != 200 || !strings.Contains(body, `"ok": true`) {
 		t.Fatalf("audit: %d %s", st, body)
 	}
-	b, err := h.main.Store.(interface {
-		Balance(context.Context, string) (tollgate.Balance, error)
-	}).Balance(ctx, acct.ID)
+	b, err := h.main.Store.Balance(ctx, acct.ID)
 	if err != nil || b.Balance <= 0 || b.Balance > tollgate.Dollars(25) {
 		t.Fatalf("balance %+v, %v: want the 25 credited less what the requests cost", b, err)
 	}
