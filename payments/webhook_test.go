@@ -349,7 +349,7 @@ func TestWebhookRefunds(t *testing.T) {
 
 	// Spend 8 of the 10 left (an operator's debit), then refund the rest of
 	// the payment (10 of credit): 2 taken, 8 owed, the account disabled.
-	if _, err := billing.Post(t.Context(), st, tollgate.LedgerDebit, acct, tollgate.Dollars(8), "spent", time.Now()); err != nil {
+	if _, err := billing.Post(t.Context(), st, tollgate.LedgerDebit, acct, tollgate.Dollars(8), "spent", "test", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	mustDeliver(t, in.url, stripetest.Event("evt_ref2", payments.EventChargeRefunded, time.Now(), stripetest.Charge("ch_1", "pi_r", 2200, 2200)),
