@@ -400,14 +400,27 @@ func (o *op) record(c tollgate.PaymentCredit) (payment, error) {
 	}
 	// Two deliveries of one event may both get here: the provider id's
 	// unique index lets one insert and the other find its row.
-	if _, err := o.tx.Exec(`INSERT INTO payments (id, account_id, provider, kind, status, checkout_session, payment_intent,
-		credit, fee, amount_cents, currency, created, updated) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT DO NOTHING`,
-		id, c.AccountID, c.Provider, string(kind), nullString(c.CheckoutSession), nullString(c.PaymentIntent),
-		int64(c.Credit), int64(c.Fee), c.AmountCents, c.Currency, o.at, o.at); err != nil {
+	insert := func(id string) (int64, error) {
+		return o.tx.Exec(`INSERT INTO payments (id, account_id, provider, kind, status, checkout_session, payment_intent,
+			credit, fee, amount_cents, currency, created, updated) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING`,
+			id, c.AccountID, c.Provider, string(kind), nullString(c.CheckoutSession), nullString(c.PaymentIntent),
+			int64(c.Credit), int64(c.Fee), c.AmountCents, c.Currency, o.at, o.at)
+	}
+	n, err := insert(id)
+	if err != nil {
 		return payment{}, err
 	}
-	return find(o.tx, key, true)
+	p, err := find(o.tx, key, true)
+	if n == 0 && errors.Is(err, tollgate.ErrNotFound) {
+		// The id was taken by another payment (the metadata named a payment
+		// of another session): this one gets an id of its own.
+		if _, err := insert(tollgate.NewOrderedID("pay_", o.at)); err != nil {
+			return payment{}, err
+		}
+		return find(o.tx, key, true)
+	}
+	return p, err
 }
 
 func (o *op) fail(p payment, outcome tollgate.PaymentOutcome, note string) (tollgate.PaymentResult, error) {

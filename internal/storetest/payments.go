@@ -173,6 +173,14 @@ func testPaymentUnknown(t *testing.T, s PaymentStore) {
 	if r.Payment.AccountID != a.ID || r.Payment.CheckoutSession != "cs_test_unknown" {
 		t.Fatalf("recorded %+v", r.Payment)
 	}
+	// Its metadata names the id of a payment of another session: recorded
+	// under an id of its own.
+	c2 := creditOf(p, "pi_x2")
+	c2.CheckoutSession, c2.ID = "cs_test_unknown2", p.ID
+	r = credit(t, s, c2, tollgate.OutcomeCredited)
+	if r.Payment.ID == p.ID || r.Payment.CheckoutSession != "cs_test_unknown2" {
+		t.Fatalf("recorded %+v over the payment %s", r.Payment, p.ID)
+	}
 	c.CheckoutSession, c.PaymentIntent, c.AccountID = "cs_test_other", "pi_y", "acct_nobody"
 	credit(t, s, c, tollgate.OutcomeNoAccount)
 	c.AccountID = ""
@@ -180,7 +188,7 @@ func testPaymentUnknown(t *testing.T, s PaymentStore) {
 	if _, err := s.PaymentByProviderID(ctx(t), "cs_test_other"); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Fatalf("a payment was recorded for no account: %v", err)
 	}
-	wantBalance(t, s, a.ID, tollgate.Dollars(5), 0)
+	wantBalance(t, s, a.ID, tollgate.Dollars(10), 0)
 	auditClean(t, s, time.Now())
 }
 
