@@ -140,15 +140,15 @@ type Event struct {
 
 // The event types tollgate acts on.
 const (
-	EventSessionCompleted     = "checkout.session.completed"
+	EventSessionCompleted      = "checkout.session.completed"
 	EventSessionAsyncSucceeded = "checkout.session.async_payment_succeeded"
-	EventSessionAsyncFailed   = "checkout.session.async_payment_failed"
-	EventSessionExpired       = "checkout.session.expired"
-	EventIntentSucceeded      = "payment_intent.succeeded"
-	EventIntentFailed         = "payment_intent.payment_failed"
-	EventChargeRefunded       = "charge.refunded"
-	EventDisputeCreated       = "charge.dispute.created"
-	EventDisputeClosed        = "charge.dispute.closed"
+	EventSessionAsyncFailed    = "checkout.session.async_payment_failed"
+	EventSessionExpired        = "checkout.session.expired"
+	EventIntentSucceeded       = "payment_intent.succeeded"
+	EventIntentFailed          = "payment_intent.payment_failed"
+	EventChargeRefunded        = "charge.refunded"
+	EventDisputeCreated        = "charge.dispute.created"
+	EventDisputeClosed         = "charge.dispute.closed"
 )
 
 // EventTypes lists the event types to subscribe the webhook endpoint to.
