@@ -11,8 +11,8 @@ import (
 )
 
 // consoleRoutes are the console's handlers for the api listener.
-func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
-	c, err := console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log})
+func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, pay console.Payments, log *slog.Logger) (map[string]http.Handler, error) {
+	c, err := console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log, Payments: pay})
 	if err != nil {
 		return nil, err
 	}

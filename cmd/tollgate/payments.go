@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/console"
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/payments"
 )
@@ -39,13 +40,25 @@ func (m *Main) openPayments() error {
 	return nil
 }
 
+// paymentsView is the payment service with its store: what the admin
+// API's and the console's payment routes use.
+type paymentsView struct {
+	*payments.Service
+	tollgate.PaymentStore
+}
+
 // paymentsAdmin is what the admin API's payment routes use (nil: payments off).
 func (m *Main) paymentsAdmin() admin.Payments {
 	if m.Payments == nil {
 		return nil
 	}
-	return struct {
-		tollgate.PaymentStore
-		*payments.Service
-	}{m.Store, m.Payments}
+	return paymentsView{m.Payments, m.Store}
+}
+
+// paymentsConsole is what the console's payment pages use (nil: payments off).
+func (m *Main) paymentsConsole() console.Payments {
+	if m.Payments == nil {
+		return nil
+	}
+	return paymentsView{m.Payments, m.Store}
 }

@@ -157,7 +157,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
+	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.paymentsConsole(), m.Log); err != nil {
 		m.Close(ctx)
 		return err
 	}
