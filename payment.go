@@ -183,6 +183,47 @@ type Owed struct {
 	Disabled  bool   `json:"disabled"`
 }
 
+// AutoTopUp is an account's automatic top-up: when its free balance falls
+// below Threshold, its saved card is charged off-session for Amount.
+type AutoTopUp struct {
+	AccountID string `json:"account_id"`
+	Enabled   bool   `json:"enabled"`
+	Threshold Amount `json:"threshold"`
+	Amount    Amount `json:"amount"`
+	// The saved card at the provider ("" until a checkout saved one).
+	Customer      string `json:"customer,omitzero"`
+	PaymentMethod string `json:"payment_method,omitzero"`
+	// InFlight is the payment of the top-up running, "" if none;
+	// ClaimedUntil when its claim lapses (a crashed instance's).
+	InFlight     string    `json:"in_flight,omitzero"`
+	ClaimedUntil time.Time `json:"claimed_until,omitzero"`
+	// Notice says why it was turned off (a declined card), for the holder.
+	Notice  string    `json:"notice,omitzero"`
+	Updated time.Time `json:"updated"`
+}
+
+// AutoTopUpStore keeps auto top-ups; at most one top-up per account is in
+// flight, whatever the number of instances.
+type AutoTopUpStore interface {
+	// AutoTopUp returns an account's settings; ErrNotFound if it never had any.
+	AutoTopUp(ctx context.Context, accountID string) (AutoTopUp, error)
+	// SetAutoTopUp sets Enabled, Threshold and Amount (enabling clears the
+	// notice); the saved card is kept.
+	SetAutoTopUp(ctx context.Context, a AutoTopUp) error
+	// SaveCard keeps the card a checkout saved for the account.
+	SaveCard(ctx context.Context, accountID, customer, paymentMethod string, at time.Time) error
+	// DueTopUps lists the enabled top-ups with a saved card whose account
+	// (not disabled) has a free balance below the threshold and none in
+	// flight (or a lapsed claim).
+	DueTopUps(ctx context.Context, now time.Time) ([]AutoTopUp, error)
+	// ClaimTopUp records p (a pending auto top-up payment) as the account's
+	// top-up in flight until until, if none is in flight (or its claim
+	// lapsed at now); false if another claim holds.
+	ClaimTopUp(ctx context.Context, p Payment, until, now time.Time) (bool, error)
+	// DisableAutoTopUp turns an account's top-up off with a notice.
+	DisableAutoTopUp(ctx context.Context, accountID, notice string, at time.Time) error
+}
+
 // PaymentStore keeps payments and applies the provider's events to the
 // books, each in one transaction with its ledger rows.
 type PaymentStore interface {
@@ -221,6 +262,7 @@ type PaymentStore interface {
 	// CollectOwed takes what an account owes from its free balance, as far
 	// as it goes, and enables the account if nothing is owed or disputed.
 	CollectOwed(ctx context.Context, accountID string, at time.Time) (PaymentResult, error)
+	AutoTopUpStore
 }
 
 // centsScale is picodollars per cent.

@@ -306,6 +306,13 @@ func Credit(tx Tx, c tollgate.PaymentCredit) (tollgate.PaymentResult, error) {
 		return o.res, errors.New("credit payment: a checkout session or payment intent id is required")
 	}
 	p, err := find(tx, key, true)
+	if errors.Is(err, tollgate.ErrNotFound) && c.ID != "" && c.CheckoutSession == "" {
+		// An auto top-up's payment, recorded before its intent existed:
+		// found by the id its intent's metadata carries.
+		if q, qerr := find(tx, c.ID, true); qerr == nil && q.PaymentIntent == "" && q.CheckoutSession == "" {
+			p, err = q, nil
+		}
+	}
 	if errors.Is(err, tollgate.ErrNotFound) {
 		if p, err = o.record(c); err != nil || o.res.Outcome != "" {
 			return o.res, err
@@ -361,6 +368,9 @@ func Credit(tx Tx, c tollgate.PaymentCredit) (tollgate.PaymentResult, error) {
 		}
 	}
 	o.res.Outcome = tollgate.OutcomeCredited
+	if err := o.endTopUp(p.ID); err != nil {
+		return o.res, err
+	}
 	if err := o.settleOwed("le_ows_"+p.ID, a); err != nil {
 		return o.res, err
 	}
@@ -425,6 +435,9 @@ func (o *op) record(c tollgate.PaymentCredit) (payment, error) {
 
 func (o *op) fail(p payment, outcome tollgate.PaymentOutcome, note string) (tollgate.PaymentResult, error) {
 	if err := o.setPayment(&p, `status = ?, note = ?`, string(tollgate.PaymentFailed), note); err != nil {
+		return o.res, err
+	}
+	if err := o.endTopUp(p.ID); err != nil {
 		return o.res, err
 	}
 	p.Status, p.Note = tollgate.PaymentFailed, note
@@ -791,4 +804,123 @@ func (s Store) OwedAmounts(ctx context.Context) ([]tollgate.Owed, error) {
 func IsDomain(err error) bool {
 	var te *tollgate.Error
 	return errors.As(err, &te) || errors.Is(err, tollgate.ErrNotFound)
+}
+
+// endTopUp ends the account's top-up in flight if it is payment id.
+func (o *op) endTopUp(id string) error {
+	_, err := o.tx.Exec(`UPDATE auto_topups SET in_flight = NULL, claimed_until = NULL WHERE in_flight = ?`, id)
+	return err
+}
+
+const topUpColumns = `t.account_id, t.enabled, t.threshold, t.amount, t.customer, t.payment_method, coalesce(t.in_flight, ''),
+	t.claimed_until, t.notice, t.updated`
+
+func scanTopUp(r Row) (tollgate.AutoTopUp, error) {
+	var a tollgate.AutoTopUp
+	var threshold, amount int64
+	err := r.Scan(&a.AccountID, &a.Enabled, &threshold, &amount, &a.Customer, &a.PaymentMethod, &a.InFlight,
+		Time{&a.ClaimedUntil}, &a.Notice, Time{&a.Updated})
+	a.Threshold, a.Amount = tollgate.Amount(threshold), tollgate.Amount(amount)
+	return a, err
+}
+
+// GetTopUp returns an account's auto top-up.
+func GetTopUp(tx Tx, accountID string) (tollgate.AutoTopUp, error) {
+	a, err := scanTopUp(tx.QueryRow(`SELECT `+topUpColumns+` FROM auto_topups t WHERE t.account_id = ?`, accountID))
+	if errors.Is(err, ErrNoRows) {
+		return a, fmt.Errorf("auto top-up of %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	return a, err
+}
+
+// SetTopUp sets an account's auto top-up settings, keeping its card.
+func SetTopUp(tx Tx, a tollgate.AutoTopUp) error {
+	if a.Threshold < 0 || a.Amount < 0 {
+		return tollgate.Errorf(tollgate.CodeInvalidRequest, "the threshold and the amount must not be negative")
+	}
+	_, err := tx.Exec(`INSERT INTO auto_topups (account_id, enabled, threshold, amount, updated) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (account_id) DO UPDATE SET enabled = excluded.enabled, threshold = excluded.threshold,
+		amount = excluded.amount, updated = excluded.updated,
+		notice = CASE WHEN excluded.enabled THEN '' ELSE auto_topups.notice END`,
+		a.AccountID, a.Enabled, int64(a.Threshold), int64(a.Amount), a.Updated.UTC())
+	return err
+}
+
+// SaveCard keeps an account's saved card.
+func SaveCard(tx Tx, accountID, customer, method string, at time.Time) error {
+	_, err := tx.Exec(`INSERT INTO auto_topups (account_id, enabled, threshold, amount, customer, payment_method, updated)
+		VALUES (?, false, 0, 0, ?, ?, ?)
+		ON CONFLICT (account_id) DO UPDATE SET customer = excluded.customer, payment_method = excluded.payment_method,
+		updated = excluded.updated`, accountID, customer, method, at.UTC())
+	return err
+}
+
+// DueTopUps lists the top-ups to run now.
+func DueTopUps(tx Tx, now time.Time) ([]tollgate.AutoTopUp, error) {
+	rows, err := tx.Query(`SELECT `+topUpColumns+` FROM auto_topups t JOIN accounts a ON a.id = t.account_id
+		WHERE t.enabled = true AND t.payment_method <> '' AND t.amount > 0 AND a.disabled = false
+		AND a.balance - a.held < t.threshold AND (t.in_flight IS NULL OR t.claimed_until < ?)
+		ORDER BY t.account_id`, now.UTC())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []tollgate.AutoTopUp{}
+	for rows.Next() {
+		a, err := scanTopUp(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// ClaimTopUp makes p the account's top-up in flight if none is.
+func ClaimTopUp(tx Tx, p tollgate.Payment, until, now time.Time) (bool, error) {
+	n, err := tx.Exec(`UPDATE auto_topups SET in_flight = ?, claimed_until = ?
+		WHERE account_id = ? AND enabled = true AND (in_flight IS NULL OR claimed_until < ?)`,
+		p.ID, until.UTC(), p.AccountID, now.UTC())
+	if err != nil || n == 0 {
+		return false, err
+	}
+	return true, CreatePayment(tx, p)
+}
+
+// DisableTopUp turns an account's top-up off with a notice.
+func DisableTopUp(tx Tx, accountID, notice string, at time.Time) error {
+	_, err := tx.Exec(`UPDATE auto_topups SET enabled = false, notice = ?, updated = ? WHERE account_id = ?`,
+		notice, at.UTC(), accountID)
+	return err
+}
+
+// AutoTopUp returns an account's auto top-up.
+func (s Store) AutoTopUp(ctx context.Context, accountID string) (tollgate.AutoTopUp, error) {
+	return GetTopUp(s.Read(ctx), accountID)
+}
+
+// SetAutoTopUp sets an account's auto top-up settings.
+func (s Store) SetAutoTopUp(ctx context.Context, a tollgate.AutoTopUp) error {
+	return s.Write(ctx, func(tx Tx) error { return SetTopUp(tx, a) })
+}
+
+// SaveCard keeps an account's saved card.
+func (s Store) SaveCard(ctx context.Context, accountID, customer, method string, at time.Time) error {
+	return s.Write(ctx, func(tx Tx) error { return SaveCard(tx, accountID, customer, method, at) })
+}
+
+// DueTopUps lists the top-ups to run now.
+func (s Store) DueTopUps(ctx context.Context, now time.Time) ([]tollgate.AutoTopUp, error) {
+	return DueTopUps(s.Read(ctx), now)
+}
+
+// ClaimTopUp makes p the account's top-up in flight if none is.
+func (s Store) ClaimTopUp(ctx context.Context, p tollgate.Payment, until, now time.Time) (ok bool, err error) {
+	err = s.Write(ctx, func(tx Tx) (err error) { ok, err = ClaimTopUp(tx, p, until, now); return err })
+	return ok, err
+}
+
+// DisableAutoTopUp turns an account's top-up off with a notice.
+func (s Store) DisableAutoTopUp(ctx context.Context, accountID, notice string, at time.Time) error {
+	return s.Write(ctx, func(tx Tx) error { return DisableTopUp(tx, accountID, notice, at) })
 }

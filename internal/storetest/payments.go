@@ -33,6 +33,7 @@ func runPayments(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"DisputeLost", testPaymentDisputeLost},
 		{"Events", testPaymentEvents},
 		{"Fail", testPaymentFail},
+		{"AutoTopUp", testAutoTopUp},
 	}
 	for _, tc := range tests {
 		t.Run("Payments"+tc.name, func(t *testing.T) {
@@ -428,6 +429,105 @@ func testPaymentFail(t *testing.T, s PaymentStore) {
 	}
 	if _, err := s.FailPayment(ctx(t), "cs_nobody", "x", t0); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Fatalf("FailPayment of nothing: %v", err)
+	}
+	auditClean(t, s, time.Now())
+}
+
+// testAutoTopUp: settings and the saved card; a top-up is due when the free
+// balance is below the threshold; of many claims at once one wins; its
+// intent's credit (found by the payment id its metadata carries) ends it,
+// and so does its failure; a disabled top-up is not due.
+func testAutoTopUp(t *testing.T, s PaymentStore) {
+	a, _ := pendingPayment(t, s, tollgate.Dollars(3), tollgate.Dollars(5), 0)
+	if _, err := s.AutoTopUp(ctx(t), a.ID); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Fatalf("AutoTopUp of an account without one: %v", err)
+	}
+	if err := s.SaveCard(ctx(t), a.ID, "cus_1", "pm_1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetAutoTopUp(ctx(t), tollgate.AutoTopUp{AccountID: a.ID, Enabled: true, Threshold: tollgate.Dollars(5),
+		Amount: tollgate.Dollars(20), Updated: t0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.AutoTopUp(ctx(t), a.ID)
+	if err != nil || !got.Enabled || got.Customer != "cus_1" || got.PaymentMethod != "pm_1" || got.Amount != tollgate.Dollars(20) {
+		t.Fatalf("AutoTopUp: %+v, %v", got, err)
+	}
+	due, err := s.DueTopUps(ctx(t), t0)
+	if err != nil || len(due) != 1 || due[0].AccountID != a.ID {
+		t.Fatalf("DueTopUps with 3 free under a threshold of 5: %+v, %v", due, err)
+	}
+	var wg sync.WaitGroup
+	var won sync.Map
+	for range 16 {
+		wg.Go(func() {
+			p := tollgate.Payment{ID: tollgate.NewID("pay_"), AccountID: a.ID, Provider: "stripe", Kind: tollgate.PaymentAutoTopUp,
+				Credit: tollgate.Dollars(20), AmountCents: 2000, Currency: "usd", Created: t0}
+			ok, err := s.ClaimTopUp(ctx(t), p, t0.Add(time.Hour), t0)
+			if err != nil {
+				t.Errorf("ClaimTopUp: %v", err)
+			}
+			if ok {
+				won.Store(p.ID, p)
+			}
+		})
+	}
+	wg.Wait()
+	var claimed []tollgate.Payment
+	won.Range(func(_, v any) bool { claimed = append(claimed, v.(tollgate.Payment)); return true })
+	if len(claimed) != 1 {
+		t.Fatalf("%d claims won, want 1", len(claimed))
+	}
+	p := claimed[0]
+	if due, _ := s.DueTopUps(ctx(t), t0); len(due) != 0 {
+		t.Fatalf("due while one is in flight: %+v", due)
+	}
+	if due, _ := s.DueTopUps(ctx(t), t0.Add(2*time.Hour)); len(due) != 1 {
+		t.Fatal("a lapsed claim is not due again")
+	}
+	// The intent's webhook: found by the payment id in its metadata.
+	r := credit(t, s, tollgate.PaymentCredit{PaymentIntent: "pi_top", ID: p.ID, AccountID: a.ID, Kind: tollgate.PaymentAutoTopUp,
+		Provider: "stripe", Credit: tollgate.Dollars(20), AmountCents: 2000, Currency: "usd", Time: t0}, tollgate.OutcomeCredited)
+	if r.Payment.ID != p.ID || r.Payment.PaymentIntent != "pi_top" {
+		t.Fatalf("credited %+v, want payment %s", r.Payment, p.ID)
+	}
+	if got, _ := s.AutoTopUp(ctx(t), a.ID); got.InFlight != "" {
+		t.Fatalf("still in flight after the credit: %+v", got)
+	}
+	wantBalance(t, s, a.ID, tollgate.Dollars(23), 0)
+	if due, _ := s.DueTopUps(ctx(t), t0); len(due) != 0 {
+		t.Fatal("due with 23 free")
+	}
+	// A declined top-up: failed, no longer in flight, turned off.
+	if err := s.PostEntry(ctx(t), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerDebit, AccountID: a.ID,
+		Amount: tollgate.Dollars(22), Time: t0}); err != nil {
+		t.Fatal(err)
+	}
+	p2 := tollgate.Payment{ID: tollgate.NewID("pay_"), AccountID: a.ID, Provider: "stripe", Kind: tollgate.PaymentAutoTopUp,
+		Credit: tollgate.Dollars(20), AmountCents: 2000, Currency: "usd", Created: t0}
+	if ok, err := s.ClaimTopUp(ctx(t), p2, t0.Add(time.Hour), t0); !ok || err != nil {
+		t.Fatalf("claim: %t, %v", ok, err)
+	}
+	if _, err := s.FailPayment(ctx(t), p2.ID, "card declined", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DisableAutoTopUp(ctx(t), a.ID, "card declined", t0); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.AutoTopUp(ctx(t), a.ID)
+	if got.Enabled || got.InFlight != "" || got.Notice != "card declined" {
+		t.Fatalf("after a decline: %+v", got)
+	}
+	if due, _ := s.DueTopUps(ctx(t), t0); len(due) != 0 {
+		t.Fatal("a disabled top-up is due")
+	}
+	// Enabling again clears the notice and keeps the card.
+	if err := s.SetAutoTopUp(ctx(t), tollgate.AutoTopUp{AccountID: a.ID, Enabled: true, Threshold: tollgate.Dollars(5),
+		Amount: tollgate.Dollars(10), Updated: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.AutoTopUp(ctx(t), a.ID); got.Notice != "" || got.PaymentMethod != "pm_1" || !got.Enabled {
+		t.Fatalf("enabled again: %+v", got)
 	}
 	auditClean(t, s, time.Now())
 }

@@ -72,3 +72,21 @@ CREATE TABLE payment_events (
 );
 
 CREATE INDEX payment_events_last ON payment_events (last);
+
+-- Auto top-up: when an account's free balance falls below threshold,
+-- charge its saved card for amount (the credit). in_flight is the payment
+-- of the top-up running (at most one per account: a claim is a conditional
+-- UPDATE of this row); claimed_until lets a crashed instance's claim lapse.
+-- notice says why it was turned off (a declined card).
+CREATE TABLE auto_topups (
+    account_id     text        PRIMARY KEY REFERENCES accounts (id),
+    enabled        boolean     NOT NULL,
+    threshold      bigint      NOT NULL CHECK (threshold >= 0),
+    amount         bigint      NOT NULL CHECK (amount >= 0),
+    customer       text        NOT NULL DEFAULT '',
+    payment_method text        NOT NULL DEFAULT '',
+    in_flight      text,
+    claimed_until  timestamptz,
+    notice         text        NOT NULL DEFAULT '',
+    updated        timestamptz NOT NULL
+);

@@ -121,3 +121,21 @@ CREATE TABLE payment_events (
 ) STRICT;
 
 CREATE INDEX payment_events_last ON payment_events (last);
+
+-- Auto top-up: when an account's free balance falls below threshold,
+-- charge its saved card for amount (the credit). in_flight is the payment
+-- of the top-up running (at most one per account: a claim is a conditional
+-- UPDATE of this row); claimed_until lets a crashed instance's claim lapse.
+-- notice says why it was turned off (a declined card).
+CREATE TABLE auto_topups (
+    account_id     TEXT    PRIMARY KEY REFERENCES accounts (id),
+    enabled        INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+    threshold      INTEGER NOT NULL CHECK (threshold >= 0),
+    amount         INTEGER NOT NULL CHECK (amount >= 0),
+    customer       TEXT    NOT NULL DEFAULT '',
+    payment_method TEXT    NOT NULL DEFAULT '',
+    in_flight      TEXT,
+    claimed_until  INTEGER,
+    notice         TEXT    NOT NULL DEFAULT '',
+    updated        INTEGER NOT NULL
+) STRICT;
