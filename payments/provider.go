@@ -13,7 +13,7 @@ import (
 )
 
 // Provider is a payment provider. The Stripe implementation is Stripe; a
-// second provider implements the same four calls.
+// second provider implements the same calls.
 type Provider interface {
 	// Name is the provider's name as stored with its payments ("stripe").
 	Name() string
@@ -25,6 +25,9 @@ type Provider interface {
 	// ChargeSaved charges a saved payment method off-session and confirms
 	// at once (auto top-up); IdempotencyKey makes a retry the same charge.
 	ChargeSaved(ctx context.Context, r SavedChargeRequest) (Intent, error)
+	// Intent returns a payment intent (its saved payment method, once a
+	// checkout that saves the card is paid).
+	Intent(ctx context.Context, id string) (Intent, error)
 	// ParseWebhook verifies a webhook delivery (its raw body and
 	// signature header) and returns its event; ErrBadSignature if it is
 	// not the provider's, or too old.
@@ -104,6 +107,10 @@ type Intent struct {
 	Charge         string
 	ReceiptURL     string
 	Failure        string // the last payment error's message
+	// PaymentMethod and SetupFutureUsage ("off_session" when the card is
+	// saved for later charges).
+	PaymentMethod    string
+	SetupFutureUsage string
 }
 
 // Charge is a charge as the provider reports it.

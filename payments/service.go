@@ -296,7 +296,12 @@ func (s *Service) sessionPaid(ctx context.Context, ses *Session, paid time.Time)
 	}
 	c.CheckoutSession, c.PaymentIntent, c.Customer, c.Paid = ses.ID, ses.PaymentIntent, ses.Customer, paid
 	c.Kind = tollgate.PaymentCheckout
-	return s.credit(ctx, c)
+	r, detail, err := s.credit(ctx, c)
+	if err == nil && (r.Outcome == tollgate.OutcomeCredited || r.Outcome == tollgate.OutcomeAlreadyCredited) {
+		// An error here is the webhook's: Stripe's retry saves the card.
+		err = s.saveCard(ctx, r.Payment.AccountID, ses)
+	}
+	return r, detail, err
 }
 
 // intentPaid credits an auto top-up's payment intent.

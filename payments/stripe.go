@@ -150,6 +150,15 @@ func (s *Stripe) ChargeSaved(ctx context.Context, r SavedChargeRequest) (Intent,
 	return stripeIntent(pi), nil
 }
 
+// Intent retrieves a PaymentIntent.
+func (s *Stripe) Intent(ctx context.Context, id string) (Intent, error) {
+	pi, err := s.c.V1PaymentIntents.Retrieve(ctx, id, nil)
+	if err != nil {
+		return Intent{}, fmt.Errorf("stripe: retrieve payment intent %s: %w", id, err)
+	}
+	return stripeIntent(pi), nil
+}
+
 // ParseWebhook verifies the Stripe-Signature header over the raw body (HMAC
 // with the endpoint's secret, timestamp within WebhookTolerance) and
 // decodes the event. Events of any API version are accepted: the fields
@@ -227,5 +236,9 @@ func stripeIntent(pi *stripe.PaymentIntent) Intent {
 	if pi.LastPaymentError != nil {
 		in.Failure = pi.LastPaymentError.Msg
 	}
+	if pi.PaymentMethod != nil {
+		in.PaymentMethod = pi.PaymentMethod.ID
+	}
+	in.SetupFutureUsage = string(pi.SetupFutureUsage)
 	return in
 }
