@@ -148,6 +148,7 @@ func New(st Store, o Options) (*Console, error) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		fileServer.ServeHTTP(w, r)
 	}))
+	c.mux.HandleFunc("GET /favicon.ico", favicon)
 	c.mux.HandleFunc("GET /console/signin", c.page(c.signinForm))
 	c.mux.HandleFunc("POST /console/signin", c.page(c.signin))
 	c.mux.HandleFunc("POST /console/signout", c.page(c.signout))
@@ -168,8 +169,24 @@ func New(st Store, o Options) (*Console, error) {
 	return c, nil
 }
 
-// Routes is the map the api listener mounts.
-func (c *Console) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: c} }
+// Routes is the map the api listener mounts: the console, and the icon
+// browsers ask every site for.
+func (c *Console) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Prefix: c, "/favicon.ico": c}
+}
+
+// favicon serves the console's icon at /favicon.ico, where a browser looks
+// for it whatever page it shows.
+func favicon(w http.ResponseWriter, r *http.Request) {
+	b, err := staticFS.ReadFile("static/favicon.ico")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "image/x-icon")
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	_, _ = w.Write(b)
+}
 
 // ServeHTTP sets the headers every console answer carries, then routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -124,6 +124,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	}
 	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
 	op.mux.Handle("GET /console/static/", files)
+	op.mux.HandleFunc("GET /favicon.ico", favicon)
 	op.mux.HandleFunc("GET /console/signin", op.c.page(op.signinForm))
 	op.mux.HandleFunc("POST /console/signin", op.c.page(op.signin))
 	op.mux.HandleFunc("POST /console/signout", op.c.page(op.signedIn(op.signout)))
@@ -140,7 +141,9 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 }
 
 // Routes is the map the admin listener mounts.
-func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: op} }
+func (op *Operator) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Prefix: op, "/favicon.ico": op}
+}
 
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op.c.headers(w, r)
@@ -336,12 +339,18 @@ func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// opEntries is how many of an account's operator entries its page lists.
+const opEntries = 50
+
 type opAccountData struct {
-	Row    opAccountRow
-	Keys   []tollgate.Key
-	Invite string // the whole invitation link, shown once
-	Amount string // what was typed, when the form comes back with an error
-	Note   string
+	Row  opAccountRow
+	Keys []tollgate.Key
+	// Entries are the newest of its ledger entries that are not charges
+	// (the opening balance, credits, debits), with notes and who made them.
+	Entries []tollgate.LedgerEntry
+	Invite  string // the whole invitation link, shown once
+	Amount  string // what was typed, when the form comes back with an error
+	Note    string
 }
 
 var doneNotices = map[string]string{
@@ -370,6 +379,9 @@ func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status
 		return err
 	}
 	if d.Keys, err = op.st.Keys(r.Context(), id); err != nil {
+		return err
+	}
+	if d.Entries, err = op.st.OperatorEntries(r.Context(), id, opEntries); err != nil {
 		return err
 	}
 	v := op.view(r, a.Name, "accounts")

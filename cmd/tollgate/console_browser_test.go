@@ -8,7 +8,6 @@ import (
 	"image/png"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/browsertest"
 )
 
 // visionModel takes images and tools, for the playground's image and tool.
@@ -59,19 +59,7 @@ func tinyPNG(t *testing.T) []byte {
 // TOLLGATE_TEST_BROWSER is set; then a missing Chromium fails it. With
 // TOLLGATE_SCREENSHOTS=update it writes the screenshots in docs/console/.
 func TestConsoleInBrowser(t *testing.T) {
-	if os.Getenv("TOLLGATE_TEST_BROWSER") == "" {
-		t.Skip("TOLLGATE_TEST_BROWSER is not set")
-	}
-	browserPath := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			browserPath = p
-			break
-		}
-	}
-	if browserPath == "" {
-		t.Fatal("TOLLGATE_TEST_BROWSER is set but no Chromium is installed (apt-get install -y chromium)")
-	}
+	browserPath := browsertest.Path(t)
 	shots := t.TempDir()
 	if os.Getenv("TOLLGATE_SCREENSHOTS") == "update" {
 		shots = filepath.Join("..", "..", "docs", "console")
@@ -91,13 +79,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	h.main.Biller.Wait()
 
-	alloc, cancel := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browserPath), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
+	ctx := browsertest.Context(t, browserPath, chromedp.WindowSize(1280, 900))
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, actions...); err != nil {

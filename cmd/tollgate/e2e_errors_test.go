@@ -401,7 +401,7 @@ func TestStreamKeepAliveAndIdle(t *testing.T) {
 }
 
 // While the backend is silent, no gap between two writes to the client is
-// longer than keep_alive (CONTRACT.md: comments at least every 15 s), also
+// longer than keep_alive (docs/streams.md: comments at least every 15 s), also
 // when the silence starts after a token rather than at the start: the
 // watchdog sends the comment a little before the gap reaches keep_alive. It
 // does not flood the client either. A watchdog that looked every quarter of

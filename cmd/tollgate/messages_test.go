@@ -103,32 +103,45 @@ func TestMissingConfigSaysHowToPointAtOne(t *testing.T) {
 	}
 }
 
-// `tollgate simulate --fault refuse` refuses connections at the TCP level,
-// as a node that is down: the port is closed.
-func TestSimulateFaultRefuseRefusesConnections(t *testing.T) {
+// freeAddr returns a loopback address with a port nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// runSimulate runs `tollgate simulate args...` until the test ends, once
+// its output says ready; it must then exit 0.
+func runSimulate(t *testing.T, ready string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"simulate", "--listen", addr, "--fault", "refuse"}, &out, &errOut) }()
-	defer func() {
+	go func() { done <- run(ctx, append([]string{"simulate"}, args...), &out, &errOut) }()
+	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
-			t.Errorf("simulate exited %d: %s", code, errOut.String())
+			t.Errorf("simulate %v exited %d: %s", args, code, errOut.String())
 		}
-	}()
+	})
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "refusing every connection") {
+	for !strings.Contains(out.String(), ready) {
 		if time.Now().After(deadline) {
-			t.Fatalf("simulate did not start: %q %q", out.String(), errOut.String())
+			t.Fatalf("simulate %v did not start: %q %q", args, out.String(), errOut.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// `tollgate simulate --fault refuse` refuses connections at the TCP level,
+// as a node that is down: the port is closed.
+func TestSimulateFaultRefuseRefusesConnections(t *testing.T) {
+	addr := freeAddr(t)
+	runSimulate(t, "refusing every connection", "--listen", addr, "--fault", "refuse")
 	for i := 0; i < 3; i++ {
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err == nil {
