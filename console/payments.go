@@ -20,6 +20,8 @@ type Payments interface {
 	Options() payments.Options
 	Payments(ctx context.Context, accountID string, limit int) ([]tollgate.Payment, error)
 	Payment(ctx context.Context, id string) (tollgate.Payment, error)
+	AutoTopUp(ctx context.Context, accountID string) (tollgate.AutoTopUp, error)
+	SetAutoTopUp(ctx context.Context, a tollgate.AutoTopUp) error
 }
 
 // paymentsShown is how many payments the page lists (and the CSV holds).
@@ -32,6 +34,7 @@ func (c *Console) paymentRoutes() {
 	c.mux.HandleFunc("GET /console/payments", c.page(c.signedIn(c.paymentsPage)))
 	c.mux.HandleFunc("POST /console/payments", c.page(c.signedIn(c.checkout)))
 	c.mux.HandleFunc("GET /console/payments.csv", c.page(c.signedIn(c.paymentsCSV)))
+	c.mux.HandleFunc("POST /console/payments/auto-topup", c.page(c.signedIn(c.setAutoTopUp)))
 }
 
 type paymentsData struct {
@@ -44,6 +47,9 @@ type paymentsData struct {
 	Canceled    bool
 	Payments    []tollgate.Payment
 	CheckoutURL string // the page that sends the browser to the provider
+	// AutoTopUp: offered (the operator's auto_topup), and the account's.
+	AutoTopUpOn bool
+	TopUp       tollgate.AutoTopUp
 }
 
 func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
@@ -54,6 +60,12 @@ func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
 		return nil, err
 	}
 	d.Payments = ps
+	if d.AutoTopUpOn = o.AutoTopUp; d.AutoTopUpOn {
+		d.TopUp, err = c.o.Payments.AutoTopUp(r.Context(), current(r).account.ID)
+		if err != nil && !errors.Is(err, tollgate.ErrNotFound) {
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -119,7 +131,7 @@ func (c *Console) checkout(w http.ResponseWriter, r *http.Request) error {
 	var p tollgate.Payment
 	var co payments.Checkout
 	if qerr == nil {
-		p, co, qerr = c.o.Payments.StartCheckout(r.Context(), current(r).account.ID, quote.Credit, false)
+		p, co, qerr = c.o.Payments.StartCheckout(r.Context(), current(r).account.ID, quote.Credit, r.PostFormValue("save_card") == "1")
 	}
 	d, err := c.paymentsData(r) // after the checkout: the list shows it
 	if err != nil {
@@ -161,4 +173,36 @@ func (c *Console) paymentsCSV(w http.ResponseWriter, r *http.Request) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// setAutoTopUp turns the account's auto top-up on or off: "when the free
+// balance falls below threshold, add amount" to the card a checkout saved.
+func (c *Console) setAutoTopUp(w http.ResponseWriter, r *http.Request) error {
+	d, err := c.paymentsData(r)
+	if err != nil {
+		return err
+	}
+	v := c.accountView(r, "Payments", "payments")
+	v.Data = d
+	if !d.AutoTopUpOn {
+		return tollgate.Errorf(tollgate.CodeNotFound, "auto top-up is not offered")
+	}
+	a := tollgate.AutoTopUp{AccountID: current(r).account.ID, Enabled: r.PostFormValue("enabled") == "1", Updated: c.o.Now()}
+	if a.Threshold, err = tollgate.ParseAmount(strings.TrimSpace(r.PostFormValue("threshold"))); err != nil || a.Threshold < 0 {
+		return c.pageError(w, v, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "threshold", "the threshold must be an amount of USD"))
+	}
+	q, err := c.quote(r.PostFormValue("amount"))
+	if err != nil {
+		return c.pageError(w, v, err)
+	}
+	a.Amount = q.Credit
+	if a.Enabled && d.TopUp.PaymentMethod == "" {
+		return c.pageError(w, v, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "enabled",
+			"no card is saved yet: add credit once with \"Save this card for auto top-up\" ticked"))
+	}
+	if err := c.o.Payments.SetAutoTopUp(r.Context(), a); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/console/payments#auto-topup", http.StatusSeeOther)
+	return nil
 }

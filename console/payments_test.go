@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,7 @@ const consoleWhsec = "whsec_console"
 
 // paymentsEnv is a console with payments on: the service's Stripe API is
 // stripe-mock, its webhook served over loopback HTTP.
-func paymentsEnv(t *testing.T) (*env, string) {
+func paymentsEnv(t *testing.T, autoTopUp bool) (*env, string) {
 	t.Helper()
 	mock := stripetest.URL(t)
 	st, err := sqlite.Open(t.TempDir() + "/t.db")
@@ -35,6 +36,7 @@ func paymentsEnv(t *testing.T) (*env, string) {
 	}
 	svc := payments.New(p, st, payments.Options{Min: tollgate.Dollars(5), Max: tollgate.Dollars(1000),
 		FeePercent: tollgate.MustParseAmount("2.9"), FeeFixed: tollgate.MustParseAmount("0.3"),
+		AutoTopUp:  autoTopUp,
 		SuccessURL: "http://console.test/console/payments?payment={PAYMENT_ID}", CancelURL: "http://console.test/console/payments?payment={PAYMENT_ID}&canceled=1"})
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := svc.ServeWebhook(w, r); err != nil {
@@ -55,13 +57,14 @@ var payRowRE = regexp.MustCompile(`id="pay-(pay_[^"]+)" data-status="([a-z]+)"`)
 // provider's page, comes back to a pending payment that turns credited
 // when the webhook lands, and finds it in the list and the CSV.
 func TestPaymentsPages(t *testing.T) {
-	e, hook := paymentsEnv(t)
+	e, hook := paymentsEnv(t, false)
 	b := e.signedIn(t)
 	if p := b.get("/console/"); !strings.Contains(p.body, `href="/console/payments"`) {
 		t.Fatal("the overview's navigation has no Payments link")
 	}
 	p := b.get("/console/payments?amount=25")
-	if p.status != 200 || !strings.Contains(p.body, `id="quote-fee">1.03<`) || !strings.Contains(p.body, `id="quote-total">26.03<`) {
+	if p.status != 200 || !strings.Contains(p.body, `id="quote-fee"><data class="amt" value="1.030000000000"`) ||
+		!strings.Contains(p.body, `id="quote-total"><data class="amt" value="26.030000000000"`) {
 		t.Fatalf("quote: %d\n%s", p.status, p.body)
 	}
 	if p := b.get("/console/payments?amount=4.99"); p.status != 400 || p.code() != "invalid_request" {
@@ -126,5 +129,45 @@ func TestPaymentsPagesOff(t *testing.T) {
 	}
 	if p := b.get("/console/payments"); p.status != 404 {
 		t.Fatalf("the payments page with payments off: %d", p.status)
+	}
+}
+
+// TestAutoTopUpSettings: with auto top-up offered, the holder cannot turn
+// it on before a card is saved, can once one is, and sees why it was
+// turned off.
+func TestAutoTopUpSettings(t *testing.T) {
+	e, _ := paymentsEnv(t, true)
+	b := e.signedIn(t)
+	p := b.get("/console/payments?amount=25")
+	if !strings.Contains(p.body, `name="save_card"`) || !strings.Contains(p.body, `id="auto-topup"`) {
+		t.Fatalf("no auto top-up on the page:\n%s", p.body)
+	}
+	form := url.Values{"csrf": {p.csrf(t)}, "threshold": {"5"}, "amount": {"20"}, "enabled": {"1"}}
+	if r := b.post("/console/payments/auto-topup", form); r.status != 400 || !strings.Contains(r.body, "no card is saved") {
+		t.Fatalf("enabling without a card: %d %s", r.status, r.code())
+	}
+	st := e.st.(interface {
+		SaveCard(ctx context.Context, accountID, customer, method string, at time.Time) error
+		DisableAutoTopUp(ctx context.Context, accountID, notice string, at time.Time) error
+	})
+	if err := st.SaveCard(t.Context(), e.acct.ID, "cus_1", "pm_1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.post("/console/payments/auto-topup", form); r.status != http.StatusSeeOther {
+		t.Fatalf("enabling: %d %s\n%s", r.status, r.code(), r.body)
+	}
+	if p := b.get("/console/payments"); !strings.Contains(p.body, `data-enabled="true"`) || !strings.Contains(p.body, `falls below <data class="amt" value="5.000000000000"`) {
+		t.Fatalf("state after enabling:\n%s", p.body)
+	}
+	form.Set("amount", "2000")
+	if r := b.post("/console/payments/auto-topup", form); r.status != 400 || r.code() != "invalid_request" {
+		t.Fatalf("an amount above the maximum: %d %s", r.status, r.code())
+	}
+	if err := st.DisableAutoTopUp(t.Context(), e.acct.ID, "Auto top-up was turned off: the card was declined (insufficient funds).", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/console/payments"); !strings.Contains(p.body, `id="topup-notice">Auto top-up was turned off: the card was declined`) ||
+		!strings.Contains(p.body, `data-enabled="false"`) {
+		t.Fatalf("after a decline:\n%s", p.body)
 	}
 }

@@ -206,9 +206,14 @@ func (s *Service) Apply(ctx context.Context, ev Event) (tollgate.PaymentEvent, e
 		case EventIntentSucceeded:
 			r, detail, err = s.intentPaid(ctx, ev.Intent, ev.Created)
 		case EventIntentFailed:
-			r, err = s.st.FailPayment(ctx, ev.Intent.ID, "declined: "+ev.Intent.Failure, at)
+			r, err = s.st.FailPayment(ctx, firstOf(ev.Intent.Metadata[MetaPayment], ev.Intent.ID), "declined: "+ev.Intent.Failure, at)
 			if errors.Is(err, tollgate.ErrNotFound) {
 				r.Outcome, detail, err = tollgate.OutcomeUnmatched, "no payment has this payment intent", nil
+				break
+			}
+			if err == nil && r.Payment.AccountID != "" {
+				err = s.st.DisableAutoTopUp(ctx, r.Payment.AccountID,
+					"Auto top-up was turned off: the card was declined ("+ev.Intent.Failure+").", at)
 			}
 		}
 	case ev.Charge != nil:
@@ -371,3 +376,10 @@ func (s *Service) mismatch(ctx context.Context, providerID string, outcome tollg
 }
 
 func expandURL(u, paymentID string) string { return strings.ReplaceAll(u, "{PAYMENT_ID}", paymentID) }
+
+func firstOf(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -432,3 +432,48 @@ func TestQuote(t *testing.T) {
 		}
 	}
 }
+
+// lateHandler serves a service's webhook once set (the simulator needs the
+// endpoint's URL before the services exist).
+type lateHandler struct {
+	mu  sync.Mutex
+	svc *payments.Service
+}
+
+func (h *lateHandler) set(s *payments.Service) { h.mu.Lock(); h.svc = s; h.mu.Unlock() }
+
+func (h *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	svc := h.svc
+	h.mu.Unlock()
+	if svc == nil {
+		http.Error(w, "not yet", http.StatusServiceUnavailable)
+		return
+	}
+	if err := svc.ServeWebhook(w, r); err != nil {
+		server.WriteError(w, slog.New(slog.DiscardHandler), err)
+	}
+}
+
+// newLoopback serves h over loopback HTTP and returns its URL.
+func newLoopback(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// waitUntil polls cond (a webhook arrives in its own time).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 15s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func billingPost(t *testing.T, st store, acct string, amount tollgate.Amount) (tollgate.LedgerEntry, error) {
+	return billing.Post(t.Context(), st, tollgate.LedgerDebit, acct, amount, "spent", "test", time.Now())
+}

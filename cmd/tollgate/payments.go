@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
@@ -10,6 +11,10 @@ import (
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/payments"
 )
+
+// autoTopUpInterval is how often each instance looks for accounts whose
+// free balance fell below their auto top-up threshold.
+const autoTopUpInterval = 10 * time.Second
 
 // The metrics observe the payments.
 var _ payments.Observer = (*metrics.Metrics)(nil)

@@ -157,6 +157,9 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
+	if m.Payments != nil && cfg.Payments.AutoTopUp {
+		m.background(func() { m.Payments.RunAutoTopUps(bgctx, autoTopUpInterval) })
+	}
 	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.paymentsConsole(), m.Log); err != nil {
 		m.Close(ctx)
 		return err
