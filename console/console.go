@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -31,10 +32,7 @@ import (
 type Store interface {
 	tollgate.ConsoleStore
 	billing.BooksStore
-	Account(ctx context.Context, id string) (tollgate.Account, error)
-	CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash) error
-	Keys(ctx context.Context, accountID string) ([]tollgate.Key, error)
-	RevokeKey(ctx context.Context, id string, at time.Time) error
+	operator.Keys
 }
 
 // UptimeReader returns the requests served over the last 7 days, by the

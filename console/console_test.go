@@ -24,43 +24,34 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/syncbuf"
+	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/sqlite"
 )
 
-const testYAML = `
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: t.db}
-models:
-  - id: tg-chat
-    kind: chat
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        capabilities: [tools, image_input]
-        rates: {input: "0.12", output: "0.40"}
-        nodes: [{url: "http://127.0.0.1:1/v1"}]
-      - class: fallback
-        upstream_model: up2
-        url: "http://127.0.0.1:1/v1"
-        flavour: openai
-        rates: {input: "2.20", output: "8.80"}
-  - id: tg-mini
-    kind: cheap
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up3
-        rates: {input: "0.02", output: "0.04"}
-        nodes: [{url: "http://127.0.0.1:2/v1"}]
-`
+// testCatalog is two models: tg-chat on a network node and a fallback,
+// tg-mini on another node.
+var testCatalog = relay.CatalogSpec{Models: []relay.ModelSpec{
+	{ID: "tg-chat", Kind: tollgate.KindChat, ContextLength: 1000, MaxOutputTokens: 100, Backends: []relay.BackendSpec{
+		{Class: tollgate.ClassNetwork, UpstreamModel: "up", Caps: tollgate.NewCapabilities(tollgate.CapTools, tollgate.CapImageInput),
+			Prices: prices("0.12", "0.40"), Routing: relay.RoutingPrefixCache, PrefixMargin: 6,
+			Nodes: []relay.NodeSpec{{Name: "node-1", URL: "http://127.0.0.1:1/v1", Flavour: openai.VLLM}}},
+		{Class: tollgate.ClassFallback, UpstreamModel: "up2", Prices: prices("2.20", "8.80"),
+			Nodes: []relay.NodeSpec{{Name: "fallback", URL: "http://127.0.0.1:1/v1", Flavour: openai.OpenAI}}},
+	}},
+	{ID: "tg-mini", Kind: tollgate.KindCheap, ContextLength: 1000, MaxOutputTokens: 100, Backends: []relay.BackendSpec{
+		{Class: tollgate.ClassNetwork, UpstreamModel: "up3", Prices: prices("0.02", "0.04"), Routing: relay.RoutingPrefixCache, PrefixMargin: 6,
+			Nodes: []relay.NodeSpec{{Name: "node-2", URL: "http://127.0.0.1:2/v1", Flavour: openai.VLLM}}},
+	}},
+}}
+
+func prices(input, output string) tollgate.Prices {
+	return tollgate.Prices{Input: tollgate.MustParseRate(input), Output: tollgate.MustParseRate(output)}
+}
 
 // cheap keeps the tests fast; the real parameters are DefaultPasswordParams.
 var cheap = PasswordParams{Memory: 64, Time: 1, Threads: 1}
@@ -109,11 +100,7 @@ func newEnv(t testing.TB, o Options) *env {
 
 // newEnvStore is newEnv on st, which the caller closes.
 func newEnvStore(t testing.TB, o Options, st testStore) *env {
-	cfg, err := config.Parse([]byte(testYAML), t.TempDir(), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := relay.NewCatalog(cfg, nil)
+	cat := relay.NewCatalog(testCatalog, nil)
 	clk := &clock{t: time.Date(2026, 3, 20, 15, 0, 0, 0, time.UTC)}
 	o.Catalog = func() *relay.Catalog { return cat }
 	o.Uptime = uptime{3, 4}
@@ -155,7 +142,7 @@ func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, t
 	if err := e.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
+	if _, err := operator.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
 		t.Fatal(err)
 	}
 	secret := tollgate.NewKeySecret()
@@ -716,6 +703,14 @@ func TestLoginCSRF(t *testing.T) {
 		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
 	}
 
+	// A well-formed pre-session the server did not sign gets no token: the
+	// sign-in page starts a new one instead.
+	unsigned := made + "." + itoa(e.clock.now().Add(time.Hour).Unix()) + ".c2lnbmF0dXJl"
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: unsigned, Path: "/console/"}})
+	if r := victim.get("/console/signin"); !strings.Contains(r.header.Get("Set-Cookie"), "tg_form=") || strings.Contains(r.header.Get("Set-Cookie"), unsigned) {
+		t.Errorf("the sign-in page kept a pre-session it did not sign: Set-Cookie %q", r.header.Get("Set-Cookie"))
+	}
+
 	// 2. A genuine pre-session the attacker fetched and planted, sent from
 	// the attacker's page: the browser says where the form came from.
 	evil := e.browser(t)
@@ -857,7 +852,7 @@ func TestOverviewFigures(t *testing.T) {
 		shown("balance", "2.749999999999"), // 10 − 7.250000000001
 		shown("spend-today", "0.250000000001"),
 		shown("spend-month", "1.250000000001"),
-		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
+		`<td class="nowrap">tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
 		// The prices are /pricing's: network 3 of 4 requests.
 		`<td class="num">0.12 / 0.4</td>`, `<td class="num">2.2 / 8.8</td>`, `network share 0.75`,
 	} {
@@ -979,7 +974,7 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -20)) // last month, in the chart
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now)
-	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
+	if _, err := operator.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
 		t.Fatal(err)
 	}
 	b := e.signedIn(t)

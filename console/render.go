@@ -88,6 +88,7 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04 UTC")
 	},
+	"minute": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") }, // under a "(UTC)" heading
 	"date": func(t time.Time) string {
 		if t.IsZero() {
 			return ""

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/internal/stripetest"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/server"
@@ -349,7 +350,7 @@ func TestWebhookRefunds(t *testing.T) {
 
 	// Spend 8 of the 10 left (an operator's debit), then refund the rest of
 	// the payment (10 of credit): 2 taken, 8 owed, the account disabled.
-	if _, err := billing.Post(t.Context(), st, tollgate.LedgerDebit, acct, tollgate.Dollars(8), "spent", "test", time.Now()); err != nil {
+	if _, err := billingPost(t, st, acct, tollgate.Dollars(8)); err != nil {
 		t.Fatal(err)
 	}
 	mustDeliver(t, in.url, stripetest.Event("evt_ref2", payments.EventChargeRefunded, time.Now(), stripetest.Charge("ch_1", "pi_r", 2200, 2200)),
@@ -474,6 +475,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func billingPost(t *testing.T, st store, acct string, amount tollgate.Amount) (tollgate.LedgerEntry, error) {
-	return billing.Post(t.Context(), st, tollgate.LedgerDebit, acct, amount, "spent", "test", time.Now())
+// billingPost debits the account as an operator would (what it spent).
+func billingPost(t *testing.T, st store, acct string, amount tollgate.Amount) (operator.Posted, error) {
+	return operator.Post(t.Context(), st, tollgate.LedgerDebit, acct, amount, "spent", "test", time.Now())
 }

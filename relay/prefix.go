@@ -4,7 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/openai"
 )
@@ -90,9 +89,9 @@ func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatReque
 	prefix := false
 	for _, b := range m.Backends {
 		switch b.Routing {
-		case config.RoutingRoundRobin:
+		case RoutingRoundRobin:
 			pr.roundRobin = true
-		case config.RoutingPrefixCache:
+		case RoutingPrefixCache:
 			prefix = true
 			for _, n := range b.Nodes {
 				if !n.Healthy() {
@@ -141,13 +140,13 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 	if pr == nil {
 		return
 	}
-	if b.Routing == config.RoutingRoundRobin {
+	if b.Routing == RoutingRoundRobin {
 		if pr.first == nil {
 			pr.first, pr.firstB = n, b
 		}
 		return
 	}
-	if b.Routing != config.RoutingPrefixCache || pr.hashes == nil {
+	if b.Routing != RoutingPrefixCache || pr.hashes == nil {
 		return
 	}
 	m := n.prefix.match(pr.hashes, pr.now)
@@ -181,7 +180,7 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 	pr.matched = 0
 	if pr.best == least {
 		pr.matched = pr.bestMatch
-	} else if pr.fellBack && leastB.Routing == config.RoutingPrefixCache {
+	} else if pr.fellBack && leastB.Routing == RoutingPrefixCache {
 		pr.matched = least.prefix.match(pr.hashes, pr.now)
 	}
 	return leastB, least
@@ -189,7 +188,7 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 
 // record notes the prompt on the node that took it and counts the decision.
 func (pr *prefixRoute) record(b *Backend, n *Node) {
-	if pr == nil || pr.hashes == nil || b.Routing != config.RoutingPrefixCache {
+	if pr == nil || pr.hashes == nil || b.Routing != RoutingPrefixCache {
 		return
 	}
 	n.prefix.record(pr.hashes, pr.now)

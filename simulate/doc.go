@@ -58,12 +58,12 @@
 //	const StripeAPIVersion    "2025-08-27.basil", stripe-go v82's
 //	type StripeConfig struct  SecretKey, PublicURL, WebhookURL, WebhookSecret, WebhookEvents,
 //	                          APIVersion, WebhookDelay, WebhookRetryBase, WebhookRetryMax,
-//	                          WebhookAttempts, WebhookTimeout, WebhookDuplicates, Decline,
+//	                          WebhookAttempts, WebhookTimeout, WebhookClockSkew, WebhookDuplicates, Decline,
 //	                          SessionLifetime, AsyncDelay, MaxRecorded
 //	func NewStripe(StripeConfig) *Stripe
 //	func StartStripe(StripeConfig) (*RunningStripe, error); func ListenStripe(StripeConfig, addr string) (*RunningStripe, error)
 //	(*Stripe) ServeHTTP, Close, WebhookSecret, DeclineNext, Dispute, CloseDispute, Events,
-//	          Deliveries, WaitDeliveries, SetWebhook, SetWebhookDelay, SetWebhookDuplicates,
+//	          Deliveries, WaitDeliveries, SetWebhook, SetWebhookDelay, SetWebhookClockSkew, SetWebhookDuplicates,
 //	          HoldWebhooks, ReleaseWebhooks, ResendEvent, RollWebhookSecret, Requests, LastRequest
 //	(*RunningStripe) URL, RefuseConnections, Close, Shutdown (and every *Stripe method)
 //	type StripeEvent struct   ID, Type, Payload (the exact bytes delivered)

@@ -53,6 +53,11 @@ type StripeConfig struct {
 	WebhookAttempts int
 	// WebhookTimeout bounds one attempt (default 10s).
 	WebhookTimeout time.Duration
+	// WebhookClockSkew is subtracted from the time a delivery is signed
+	// with (t= in Stripe-Signature), as from a sender whose clock is behind:
+	// beyond the endpoint's tolerance (stripe-go's is 5 minutes) the
+	// signature is stale and must be refused.
+	WebhookClockSkew time.Duration
 	// WebhookDuplicates delivers every event this many extra times, each
 	// copy at the same moment as the original (the same event id, signed
 	// separately): Stripe may deliver an event more than once.
@@ -89,6 +94,7 @@ type Stripe struct {
 	disputes    map[string]*stripeDispute
 	customers   map[string]*stripeCustomer
 	methods     map[string]*stripeMethod
+	methodSeq   int
 	events      map[string]*stripeEvent
 	eventOrder  []string
 	idem        map[string]*idemEntry
@@ -182,18 +188,19 @@ func (s *Stripe) DeclineNext(declineCodes ...string) {
 }
 
 // goBackground runs f in the background; Close cancels its ctx and waits
-// for it. After Close it does nothing.
-func (s *Stripe) goBackground(f func(ctx context.Context)) {
+// for it. After Close it does nothing and returns false.
+func (s *Stripe) goBackground(f func(ctx context.Context)) bool {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
 	if s.bgClosed {
-		return
+		return false
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		f(s.ctx)
 	}()
+	return true
 }
 
 // RunningStripe is a simulated Stripe listening on a real port.

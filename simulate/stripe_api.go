@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 )
 
@@ -79,6 +80,12 @@ func (s *Stripe) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	values := r.URL.Query()
+	if ct := r.Header.Get("Content-Type"); r.Method == http.MethodPost && len(body) > 0 &&
+		!strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		e := invalidRequest("", "", "Invalid request (check that your POST content type is application/x-www-form-urlencoded). If you have any questions, we can help at https://support.stripe.com/.")
+		writeStripeJSON(w, e.status, errorBody(e))
+		return
+	}
 	if r.Method == http.MethodPost {
 		bv, err := url.ParseQuery(string(body))
 		if err != nil {
@@ -263,6 +270,8 @@ func (s *Stripe) handle(c *apiCall) apiResult {
 		return s.retrieve(c, "payment_method", "payment_method", parts[1])
 	case n == 2 && parts[0] == "events" && get:
 		return s.retrieveEvent(parts[1])
+	case n == 1 && parts[0] == "events" && get:
+		return s.listEvents(c)
 	}
 	return fail(&stripeError{status: http.StatusNotFound, Type: "invalid_request_error",
 		Message: "Unrecognized request URL (" + c.r.Method + ": " + c.r.URL.Path + "). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."})
@@ -417,14 +426,127 @@ func expandable(field string) bool {
 	return false
 }
 
+// retrieveEvent answers an event as delivered, but for pending_webhooks,
+// which counts the endpoints still to accept it now.
 func (s *Stripe) retrieveEvent(id string) apiResult {
 	ev := s.events[id]
 	if ev == nil {
 		return fail(noSuch("event", "id", id))
 	}
-	return ok(json.RawMessage(ev.payload))
+	return ok(ev.current())
 }
 
+// listEvents answers GET /v1/events: newest first, `limit` (1 to 100,
+// default 10), `starting_after` / `ending_before` (event ids), `type` (a
+// type, or a prefix with "*": "charge.dispute.*"), `types[]`,
+// `created[gt|gte|lt|lte]` (or `created=`), `delivery_success`.
+func (s *Stripe) listEvents(c *apiCall) apiResult {
+	f := c.form
+	limit := int64(10)
+	if n, present, e := f.int("limit"); e != nil {
+		return fail(e)
+	} else if present {
+		if n < 1 || n > 100 {
+			return fail(invalidRequest("", "limit", "Invalid limit: must be between 1 and 100"))
+		}
+		limit = n
+	}
+	types := f.list("types")
+	if t := f.str("type"); t != "" {
+		types = append(types, t)
+	}
+	var bounds [4]*int64 // gt, gte, lt, lte
+	for i, op := range []string{"gt", "gte", "lt", "lte"} {
+		n, present, e := f.int("created[" + op + "]")
+		if e != nil {
+			return fail(e)
+		}
+		if present {
+			bounds[i] = &n
+		}
+	}
+	if n, present, e := f.int("created"); e != nil {
+		return fail(e)
+	} else if present {
+		bounds[1], bounds[3] = &n, &n
+	}
+	delivered, filterDelivery := false, f.has("delivery_success")
+	if filterDelivery {
+		var e *stripeError
+		if delivered, e = f.bool("delivery_success"); e != nil {
+			return fail(e)
+		}
+	}
+	after, before := f.str("starting_after"), f.str("ending_before")
+	for _, id := range []string{after, before} {
+		if id != "" && s.events[id] == nil {
+			return fail(noSuch("event", "starting_after", id))
+		}
+	}
+	matches := func(ev *stripeEvent) bool {
+		if len(types) > 0 {
+			found := false
+			for _, t := range types {
+				if t == ev.Type || strings.HasSuffix(t, "*") && strings.HasPrefix(ev.Type, strings.TrimSuffix(t, "*")) {
+					found = true
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		c := ev.Created
+		if bounds[0] != nil && c <= *bounds[0] || bounds[1] != nil && c < *bounds[1] ||
+			bounds[2] != nil && c >= *bounds[2] || bounds[3] != nil && c > *bounds[3] {
+			return false
+		}
+		return !filterDelivery || (ev.PendingWebhooks == 0) == delivered
+	}
+	// Newest first; starting_after takes the older ones after an id,
+	// ending_before the newer ones before it (still newest first).
+	var newestFirst []*stripeEvent
+	for i := len(s.eventOrder) - 1; i >= 0; i-- {
+		newestFirst = append(newestFirst, s.events[s.eventOrder[i]])
+	}
+	var window []*stripeEvent
+	switch {
+	case after != "":
+		for i, ev := range newestFirst {
+			if ev.ID == after {
+				window = newestFirst[i+1:]
+			}
+		}
+	case before != "":
+		for i, ev := range newestFirst {
+			if ev.ID == before {
+				window = newestFirst[:i]
+			}
+		}
+	default:
+		window = newestFirst
+	}
+	var picked []*stripeEvent
+	for _, ev := range window {
+		if matches(ev) {
+			picked = append(picked, ev)
+		}
+	}
+	hasMore := int64(len(picked)) > limit
+	if hasMore {
+		if before != "" {
+			picked = picked[len(picked)-int(limit):]
+		} else {
+			picked = picked[:limit]
+		}
+	}
+	data := make([]json.RawMessage, len(picked))
+	for i, ev := range picked {
+		data[i] = ev.current()
+	}
+	return ok(stripeList{Object: "list", Data: data, HasMore: hasMore, URL: "/v1/events"})
+}
+
+// sessionLineItems answers GET /v1/checkout/sessions/{id}/line_items.
 func (s *Stripe) sessionLineItems(id string) apiResult {
 	sess := s.sessions[id]
 	if sess == nil {
@@ -433,6 +555,7 @@ func (s *Stripe) sessionLineItems(id string) apiResult {
 	return ok(stripeList{Object: "list", Data: sess.items, URL: "/v1/checkout/sessions/" + id + "/line_items"})
 }
 
+// listMethods answers a customer's saved payment methods, newest first.
 func (s *Stripe) listMethods(c *apiCall, customer string) apiResult {
 	if customer == "" {
 		return fail(missingParam("customer"))
@@ -447,11 +570,6 @@ func (s *Stripe) listMethods(c *apiCall, customer string) apiResult {
 			data = append(data, pm)
 		}
 	}
-	// Newest first, as Stripe lists.
-	for i := 1; i < len(data); i++ {
-		for j := i; j > 0 && data[j].Created > data[j-1].Created; j-- {
-			data[j], data[j-1] = data[j-1], data[j]
-		}
-	}
+	sort.Slice(data, func(i, j int) bool { return data[i].seq > data[j].seq })
 	return ok(stripeList{Object: "list", Data: data, URL: "/v1/customers/" + customer + "/payment_methods"})
 }

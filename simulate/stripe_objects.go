@@ -109,7 +109,6 @@ type stripePaymentMethodDetails struct {
 type stripeOutcome struct {
 	NetworkStatus string  `json:"network_status"`
 	Reason        *string `json:"reason"`
-	RiskLevel     string  `json:"risk_level"`
 	SellerMessage string  `json:"seller_message"`
 	Type          string  `json:"type"`
 }
@@ -192,6 +191,7 @@ type stripeMethod struct {
 	Type     string             `json:"type"`
 
 	number string // the test card number it stands for
+	seq    int    // creation order, for listing newest first
 	// used: charged once without being attached to a customer; Stripe
 	// refuses to use such a PaymentMethod again.
 	used bool

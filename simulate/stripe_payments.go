@@ -51,6 +51,9 @@ const (
 
 func formatUSD(cents int64) string { return fmt.Sprintf("$%d.%02d", cents/100, cents%100) }
 
+// The API handlers below run with s.mu held (route takes it).
+
+// createSession answers POST /v1/checkout/sessions.
 func (s *Stripe) createSession(c *apiCall) apiResult {
 	f := c.form
 	md, e := f.start(sessionParams)
@@ -211,6 +214,7 @@ func validURL(s string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
+// expireSession answers POST /v1/checkout/sessions/{id}/expire.
 func (s *Stripe) expireSession(c *apiCall, id string) apiResult {
 	b := s.batch(c)
 	defer b.send()
@@ -261,7 +265,7 @@ func (s *Stripe) attempt(p payment, b *eventBatch, base string) *stripeError {
 	ch := &stripeCharge{
 		ID: newID("ch"), Object: "charge", Amount: pi.Amount, Created: now, Currency: pi.Currency,
 		Customer: pi.Customer, Metadata: pi.Metadata, PaymentIntent: pi.ID, PaymentMethod: p.method.ID,
-		Outcome: stripeOutcome{NetworkStatus: "approved_by_network", RiskLevel: "normal",
+		Outcome: stripeOutcome{NetworkStatus: "approved_by_network",
 			SellerMessage: "Payment complete.", Type: "authorized"},
 		PaymentMethodDetails: stripePaymentMethodDetails{Type: p.method.Type, Card: p.method.Card},
 	}
@@ -280,7 +284,7 @@ func (s *Stripe) attempt(p payment, b *eventBatch, base string) *stripeError {
 	if decline != "" {
 		e := declineError(decline)
 		ch.Status, ch.FailureCode, ch.FailureMessage = "failed", strp(e.Code), strp(e.Message)
-		ch.Outcome = stripeOutcome{NetworkStatus: "declined_by_network", Reason: strp(decline), RiskLevel: "normal",
+		ch.Outcome = stripeOutcome{NetworkStatus: "declined_by_network", Reason: strp(decline),
 			SellerMessage: "The bank did not return any further details with this decline.", Type: "issuer_declined"}
 		last := *e
 		last.PaymentMethod = p.method
@@ -326,8 +330,9 @@ func (s *Stripe) succeed(pi *stripeIntent, ch *stripeCharge, base string, b *eve
 // newMethod makes a PaymentMethod for a card (or a test bank account when
 // bank is set). Called with s.mu held.
 func (s *Stripe) newMethod(c testCard, bank bool) *stripeMethod {
+	s.methodSeq++
 	pm := &stripeMethod{ID: newID("pm"), Object: "payment_method", Created: time.Now().Unix(),
-		Metadata: map[string]string{}, Type: "card", number: c.number}
+		Metadata: map[string]string{}, Type: "card", number: c.number, seq: s.methodSeq}
 	if bank {
 		pm.Type = "us_bank_account"
 	} else {
@@ -357,6 +362,7 @@ func (s *Stripe) newCustomer(email, name *string, md map[string]string, b *event
 	return cu
 }
 
+// createCustomer answers POST /v1/customers.
 func (s *Stripe) createCustomer(c *apiCall) apiResult {
 	f := c.form
 	md, e := f.start(customerParams)
@@ -370,6 +376,8 @@ func (s *Stripe) createCustomer(c *apiCall) apiResult {
 	return s.expanded(cu, f.list("expand"))
 }
 
+// createIntent answers POST /v1/payment_intents, confirming the payment
+// at once with confirm=true.
 func (s *Stripe) createIntent(c *apiCall) apiResult {
 	f := c.form
 	md, e := f.start(intentParams)
@@ -500,6 +508,7 @@ func (s *Stripe) newIntent(amount int64, currency string, cust any, md map[strin
 	return pi
 }
 
+// createRefund answers POST /v1/refunds.
 func (s *Stripe) createRefund(c *apiCall) apiResult {
 	f := c.form
 	md, e := f.start(refundParams)
@@ -600,7 +609,7 @@ func (s *Stripe) closeDispute(dp *stripeDispute, won bool, b *eventBatch) {
 	}
 }
 
-// errStatus lets the /_sim/ endpoints answer plain errors.
+// simError answers an error on the /_sim/ endpoints.
 func simError(w http.ResponseWriter, status int, msg string) {
 	writeStripeJSON(w, status, map[string]any{"error": map[string]string{"type": "invalid_request_error", "message": msg}})
 }

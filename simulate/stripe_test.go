@@ -385,17 +385,16 @@ func TestStripeWebhookDelayRetryAndDuplicates(t *testing.T) {
 			t.Fatalf("duplicates carry other ids: %s %s", evs[0].ID, ev.ID)
 		}
 	}
-	var failed, retried bool
-	for _, d := range env.run.Deliveries() {
-		if d.Status == 500 {
-			failed = true
+	err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+		var failed, retried bool
+		for _, d := range ds {
+			failed = failed || d.Status == 500
+			retried = retried || d.Attempt > 1 && d.OK()
 		}
-		if d.Attempt > 1 && d.OK() {
-			retried = true
-		}
-	}
-	if !failed || !retried {
-		t.Fatalf("no failed-then-retried delivery: %+v", env.run.Deliveries())
+		return failed && retried
+	})
+	if err != nil {
+		t.Fatalf("no failed-then-retried delivery: %v", err)
 	}
 	env.hook.mu.Lock()
 	rejected := env.hook.rejected
@@ -413,13 +412,16 @@ func TestStripeWebhookSignatureAndSecret(t *testing.T) {
 	env.hook.secret.Store(&wrong)
 	sess, _ := env.sc.V1CheckoutSessions.Create(context.Background(), sessionParams("acct_x", 700))
 	payOnPage(t, sess.URL, "pay", "")
+	// Every event's deliveries end at their second attempt.
+	events := len(env.run.Events())
 	err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+		second := 0
 		for _, d := range ds {
-			if d.Type == "checkout.session.completed" && d.Attempt == 2 {
-				return true
+			if d.Attempt == 2 {
+				second++
 			}
 		}
-		return false
+		return second == events
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -436,22 +438,44 @@ func TestStripeWebhookSignatureAndSecret(t *testing.T) {
 	if len(rejected) == 0 || !errors.Is(rejected[0], webhook.ErrNoValidSignature) {
 		t.Fatalf("rejections: %v", rejected)
 	}
+	// A sender six minutes behind signs stale deliveries: refused.
+	env.run.SetWebhookClockSkew(6 * time.Minute)
+	right0 := "whsec_test_fixed"
+	env.hook.secret.Store(&right0)
+	stale := env.run.Events()[0]
+	before := len(env.run.Deliveries())
+	if err := env.run.ResendEvent(stale.ID); err != nil {
+		t.Fatal(err)
+	}
+	err = env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+		return len(ds) > before && ds[before].EventID == stale.ID && ds[before].Status == 400
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.hook.mu.Lock()
+	last := env.hook.rejected[len(env.hook.rejected)-1]
+	env.hook.mu.Unlock()
+	if !errors.Is(last, webhook.ErrTooOld) {
+		t.Fatalf("stale delivery rejected with %v", last)
+	}
+	env.run.SetWebhookClockSkew(0)
 	// Rolling the secret while keeping the old one signs with both.
 	env.run.RollWebhookSecret("whsec_new", true)
 	right := "whsec_new"
 	env.hook.secret.Store(&right)
 	evs := env.run.Events()
-	last := evs[len(evs)-1]
-	if err := env.run.ResendEvent(last.ID); err != nil {
+	newest := evs[len(evs)-1]
+	if err := env.run.ResendEvent(newest.ID); err != nil {
 		t.Fatal(err)
 	}
-	env.hook.waitEvent(t, last.Type, 1)
+	env.hook.waitEvent(t, newest.Type, 1)
 	old := "whsec_test_fixed"
 	env.hook.secret.Store(&old)
-	if err := env.run.ResendEvent(last.ID); err != nil {
+	if err := env.run.ResendEvent(newest.ID); err != nil {
 		t.Fatal(err)
 	}
-	env.hook.waitEvent(t, last.Type, 2)
+	env.hook.waitEvent(t, newest.Type, 2)
 }
 
 func TestStripeWebhooksHeldAndReleasedOutOfOrder(t *testing.T) {
@@ -723,6 +747,20 @@ func TestStripeAPIErrors(t *testing.T) {
 		t.Fatalf("no key: %d", resp.StatusCode)
 	}
 
+	// A JSON body is not Stripe's v1 encoding.
+	req, _ = http.NewRequest(http.MethodPost, env.run.URL()+"/v1/customers", strings.NewReader(`{"email":"a@example.com"}`))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "application/x-www-form-urlencoded") {
+		t.Fatalf("JSON body: %d %s", resp.StatusCode, body)
+	}
+
 	_, err = env.sc.V1CheckoutSessions.Retrieve(ctx, "cs_test_missing", nil)
 	if !errors.As(err, &se) || se.HTTPStatusCode != 404 || se.Code != stripe.ErrorCodeResourceMissing {
 		t.Fatalf("missing session: %v", err)
@@ -890,5 +928,98 @@ func TestStripeWebhookRedirectIsAFailure(t *testing.T) {
 	}
 	if n := len(env.hook.received()); n != 0 {
 		t.Fatalf("the redirect was followed: %d events at its target", n)
+	}
+}
+
+// Close stops pending deliveries (delayed, retrying, duplicated) at once.
+func TestStripeCloseStopsDeliveries(t *testing.T) {
+	hook := newHookReceiver(t)
+	hook.failN.Store(1000)
+	secret := "whsec_close"
+	hook.secret.Store(&secret)
+	run, err := simulate.StartStripe(simulate.StripeConfig{WebhookURL: hook.ts.URL, WebhookSecret: secret,
+		WebhookDuplicates: 2, WebhookRetryBase: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := stripeClient(run.URL(), testKey)
+	if _, err := sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every copy fails its first attempt and waits an hour to retry.
+	if err := run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	run.SetWebhookDelay(time.Hour)
+	sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{})
+	closed := make(chan struct{})
+	go func() { run.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for pending deliveries")
+	}
+}
+
+// Events can be listed as Stripe lists them, and those the endpoint never
+// accepted found (delivery_success=false): what an operator does when a
+// webhook is lost.
+func TestStripeListEvents(t *testing.T) {
+	env := newStripeEnv(t, simulate.StripeConfig{WebhookAttempts: 1})
+	ctx := context.Background()
+	env.hook.failN.Store(1) // the first delivery is lost
+	cus, err := env.sc.V1Customers.Create(ctx, &stripe.CustomerCreateParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := env.sc.V1CheckoutSessions.Create(ctx, sessionParams("acct_l", 2500))
+	payOnPage(t, sess.URL, "pay", "")
+	env.hook.sessionEvent(t, "checkout.session.completed", sess.ID)
+	events := len(env.run.Events())
+	if err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool { return len(ds) == events }); err != nil {
+		t.Fatal(err)
+	}
+
+	lost := &stripe.EventListParams{DeliverySuccess: stripe.Bool(false)}
+	var lostIDs []string
+	for ev, err := range env.sc.V1Events.List(ctx, lost) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		lostIDs = append(lostIDs, string(ev.Type))
+		if ev.PendingWebhooks != 1 {
+			t.Fatalf("a lost event with pending_webhooks %d", ev.PendingWebhooks)
+		}
+	}
+	if len(lostIDs) != 1 || lostIDs[0] != "customer.created" {
+		t.Fatalf("undelivered events: %v (want the customer.created of %s)", lostIDs, cus.ID)
+	}
+
+	// Paging through the session's events two at a time, newest first.
+	p := &stripe.EventListParams{Types: []*string{stripe.String("charge.*"), stripe.String("checkout.session.completed")}}
+	p.Limit = stripe.Int64(1)
+	var types []string
+	for ev, err := range env.sc.V1Events.List(ctx, p) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, string(ev.Type))
+	}
+	if strings.Join(types, ",") != "checkout.session.completed,charge.succeeded" {
+		t.Fatalf("listed %v", types)
+	}
+	delivered := &stripe.EventListParams{DeliverySuccess: stripe.Bool(true), Type: stripe.String("payment_intent.succeeded")}
+	n := 0
+	for ev, err := range env.sc.V1Events.List(ctx, delivered) {
+		if err != nil || ev.PendingWebhooks != 0 {
+			t.Fatalf("delivered event: %+v %v", ev, err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d delivered payment_intent.succeeded events", n)
 	}
 }

@@ -52,6 +52,7 @@ type stripeEvent struct {
 	Type            string             `json:"type"`
 
 	payload []byte
+	wanted  bool // the endpoint is subscribed to it: it is delivered
 }
 
 type stripeEventData struct {
@@ -86,6 +87,7 @@ func (s *Stripe) batch(c *apiCall) *eventBatch {
 	return b
 }
 
+// requestIDOr is the id of the API request behind the events, or def.
 func (b *eventBatch) requestIDOr(def string) string {
 	if b.request.ID != nil {
 		return *b.request.ID
@@ -104,7 +106,7 @@ func (b *eventBatch) add(typ string, obj any) {
 	ev := &stripeEvent{ID: newID("evt"), Object: "event", APIVersion: s.cfg.APIVersion, Created: time.Now().Unix(),
 		Data: stripeEventData{Object: raw}, Request: b.request, Type: typ}
 	if s.hooks.wants(typ) {
-		ev.PendingWebhooks = 1
+		ev.wanted, ev.PendingWebhooks = true, 1
 	}
 	ev.payload, err = json.MarshalIndent(ev, "", "  ")
 	if err != nil {
@@ -113,6 +115,17 @@ func (b *eventBatch) add(typ string, obj any) {
 	s.events[ev.ID] = ev
 	s.eventOrder = append(s.eventOrder, ev.ID)
 	b.events = append(b.events, ev)
+}
+
+// current is the event as the API shows it now: as delivered, with
+// pending_webhooks brought up to date. Called with s.mu held.
+func (ev *stripeEvent) current() json.RawMessage {
+	cp := *ev
+	out, err := json.MarshalIndent(&cp, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // send hands the batch to the webhook sender. It does not take s.mu.
@@ -146,6 +159,7 @@ type webhookSender struct {
 	url        string
 	secrets    []string // signing secrets; several during a rotation
 	delay      time.Duration
+	skew       time.Duration
 	duplicates int
 	hold       bool
 	held       []*stripeEvent
@@ -156,7 +170,7 @@ type webhookSender struct {
 func newWebhookSender(s *Stripe, cfg StripeConfig) *webhookSender {
 	return &webhookSender{
 		s: s, cfg: cfg, url: cfg.WebhookURL, secrets: []string{cfg.WebhookSecret},
-		delay: cfg.WebhookDelay, duplicates: cfg.WebhookDuplicates,
+		delay: cfg.WebhookDelay, skew: cfg.WebhookClockSkew, duplicates: cfg.WebhookDuplicates,
 		client: &http.Client{
 			Timeout: cfg.WebhookTimeout,
 			// Stripe does not follow redirects: a 3xx is a failed delivery.
@@ -209,6 +223,13 @@ func (s *Stripe) RollWebhookSecret(secret string, keepOld bool) {
 func (s *Stripe) SetWebhookDelay(d time.Duration) {
 	s.hooks.mu.Lock()
 	s.hooks.delay = d
+	s.hooks.mu.Unlock()
+}
+
+// SetWebhookClockSkew changes how far behind the signing time is.
+func (s *Stripe) SetWebhookClockSkew(d time.Duration) {
+	s.hooks.mu.Lock()
+	s.hooks.skew = d
 	s.hooks.mu.Unlock()
 }
 
@@ -272,7 +293,7 @@ func (s *Stripe) WaitDeliveries(timeout time.Duration, cond func([]WebhookDelive
 func (h *webhookSender) dispatch(evs []*stripeEvent) {
 	var send []*stripeEvent
 	for _, ev := range evs {
-		if ev.PendingWebhooks > 0 {
+		if ev.wanted {
 			send = append(send, ev)
 		}
 	}
@@ -308,10 +329,13 @@ func (h *webhookSender) deliverAll(ctx context.Context, evs []*stripeEvent) {
 		var wg sync.WaitGroup
 		for cp := 1; cp <= dups; cp++ {
 			wg.Add(1)
-			h.s.goBackground(func(ctx context.Context) {
+			started := h.s.goBackground(func(ctx context.Context) {
 				defer wg.Done()
 				h.deliver(ctx, ev, cp)
 			})
+			if !started { // closing
+				wg.Done()
+			}
 		}
 		if h.attempt(ctx, ev, 0, 1) {
 			wg.Wait()
@@ -344,7 +368,7 @@ func (h *webhookSender) retry(ctx context.Context, ev *stripeEvent, cp, from int
 // attempt POSTs the event once, signed now, and logs the outcome.
 func (h *webhookSender) attempt(ctx context.Context, ev *stripeEvent, cp, n int) bool {
 	h.mu.Lock()
-	url, secrets := h.url, slices.Clone(h.secrets)
+	url, secrets, skew := h.url, slices.Clone(h.secrets), h.skew
 	h.mu.Unlock()
 	d := WebhookDelivery{EventID: ev.ID, Type: ev.Type, Attempt: n, Copy: cp}
 	if url == "" {
@@ -358,7 +382,7 @@ func (h *webhookSender) attempt(ctx context.Context, ev *stripeEvent, cp, n int)
 		req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
 		req.Header.Set("Accept", "*/*; q=0.5, application/xml")
 		req.Header.Set("Cache-Control", "no-cache")
-		req.Header.Set("Stripe-Signature", signatureHeader(time.Now(), ev.payload, secrets))
+		req.Header.Set("Stripe-Signature", signatureHeader(time.Now().Add(-skew), ev.payload, secrets))
 		resp, err := h.client.Do(req)
 		if err != nil {
 			d.Err = err.Error()
@@ -372,6 +396,12 @@ func (h *webhookSender) attempt(ctx context.Context, ev *stripeEvent, cp, n int)
 		return true // closing: neither log nor retry
 	}
 	d.At = time.Now()
+	if d.OK() {
+		// The endpoint has it: the event no longer waits for a webhook.
+		h.s.mu.Lock()
+		ev.PendingWebhooks = 0
+		h.s.mu.Unlock()
+	}
 	h.mu.Lock()
 	h.log = append(h.log, d)
 	h.mu.Unlock()

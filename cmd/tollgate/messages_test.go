@@ -69,6 +69,10 @@ func TestAmountsAndStoreErrorsInWords(t *testing.T) {
 		{[]string{"accounts", "credit", acct.ID, "0", "--config", cfg}, 2, "AMOUNT 0: must be more than zero"},
 		{[]string{"accounts", "credit", acct.ID, "five", "--config", cfg}, 2, `AMOUNT "five": not a decimal number of USD`},
 		{[]string{"keys", "create", "--account", acct.ID, "--spend-limit", "1.0000000000001", "--config", cfg}, 2, "--spend-limit 1.0000000000001: more than 12 decimals"},
+		{[]string{"keys", "create", "--account", acct.ID, "--expires", "yesterday", "--config", cfg}, 2, `--expires "yesterday": want a duration`},
+		{[]string{"keys", "create", "--account", acct.ID, "--models", "gpt-4", "--config", cfg}, 2, `--models: "gpt-4" is not in the catalogue`},
+		{[]string{"keys", "create", "--account", acct.ID, "--tpm", "-1", "--config", cfg}, 2, "--tpm must not be negative"},
+		{[]string{"keys", "create", "--account", "acct_nope", "--config", cfg}, 1, "account acct_nope not found"},
 		{[]string{"accounts", "debit", acct.ID, "5", "--config", cfg}, 1, "tollgate accounts: a debit of 5 USD exceeds the free balance of 0 USD\n"},
 	}
 	for _, c := range cases {

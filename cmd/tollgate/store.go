@@ -36,6 +36,9 @@ type Store interface {
 	idempotency.Store
 	payments.Store
 	migrator
+	// WALSyncs counts the write-ahead log syncs tollgate made itself, for
+	// the benchmark's report.
+	WALSyncs() int64
 }
 
 var (
@@ -126,6 +129,18 @@ func (c *storeCommand) openWithID(ctx context.Context, fs *flag.FlagSet, args []
 		return nil, "", err
 	}
 	return st, pos[0], nil
+}
+
+// openFlagsOnly parses args, which must hold flags only, and opens the store.
+func (c *storeCommand) openFlagsOnly(ctx context.Context, fs *flag.FlagSet, args []string) (Store, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return nil, err
+	}
+	return c.open(ctx)
 }
 
 // parseArgs parses flags that may come before, between or after the

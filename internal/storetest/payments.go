@@ -9,17 +9,11 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// PaymentStore is what a store must offer for payments (both stores do).
-type PaymentStore interface {
-	BillingStore
-	tollgate.PaymentStore
-}
-
 // runPayments runs the payments part of the suite.
-func runPayments(t *testing.T, open func(t *testing.T) tollgate.Store) {
+func runPayments(t *testing.T, open func(t *testing.T) Store) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s PaymentStore)
+		fn   func(t *testing.T, s Store)
 	}{
 		{"CreditOnce", testPaymentCreditOnce},
 		{"ConcurrentCredit", testPaymentConcurrentCredit},
@@ -38,18 +32,14 @@ func runPayments(t *testing.T, open func(t *testing.T) tollgate.Store) {
 	for _, tc := range tests {
 		t.Run("Payments"+tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, ok := open(t).(PaymentStore)
-			if !ok {
-				t.Fatal("the store does not implement the payment methods")
-			}
-			tc.fn(t, s)
+			tc.fn(t, open(t))
 		})
 	}
 }
 
 // pendingPayment creates an account with balance and a pending checkout
 // payment of credit (+ fee) on it.
-func pendingPayment(t *testing.T, s PaymentStore, balance, credit, fee tollgate.Amount) (tollgate.Account, tollgate.Payment) {
+func pendingPayment(t *testing.T, s Store, balance, credit, fee tollgate.Amount) (tollgate.Account, tollgate.Payment) {
 	t.Helper()
 	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "payer", Created: t0, Balance: balance}
 	if err := s.CreateAccount(ctx(t), a); err != nil {
@@ -73,7 +63,7 @@ func creditOf(p tollgate.Payment, pi string) tollgate.PaymentCredit {
 		Charge: "ch_" + pi, ReceiptURL: "https://pay.stripe.com/receipts/" + pi, Paid: t0.Add(time.Second), Time: t0.Add(2 * time.Second)}
 }
 
-func wantDisabled(t *testing.T, s PaymentStore, id string, want bool) {
+func wantDisabled(t *testing.T, s Store, id string, want bool) {
 	t.Helper()
 	a, err := s.Account(ctx(t), id)
 	if err != nil {
@@ -84,7 +74,7 @@ func wantDisabled(t *testing.T, s PaymentStore, id string, want bool) {
 	}
 }
 
-func credit(t *testing.T, s PaymentStore, c tollgate.PaymentCredit, want tollgate.PaymentOutcome) tollgate.PaymentResult {
+func credit(t *testing.T, s Store, c tollgate.PaymentCredit, want tollgate.PaymentOutcome) tollgate.PaymentResult {
 	t.Helper()
 	r, err := s.CreditPayment(ctx(t), c)
 	if err != nil {
@@ -98,7 +88,7 @@ func credit(t *testing.T, s PaymentStore, c tollgate.PaymentCredit, want tollgat
 
 // testPaymentCreditOnce: a paid payment is credited once, with its ledger
 // row and provider ids; the same payment again changes nothing.
-func testPaymentCreditOnce(t *testing.T, s PaymentStore) {
+func testPaymentCreditOnce(t *testing.T, s Store) {
 	open := tollgate.MustParseAmount("1.5")
 	a, p := pendingPayment(t, s, open, tollgate.Dollars(25), tollgate.MustParseAmount("1.03"))
 	if p.AmountCents != 2603 {
@@ -133,7 +123,7 @@ func testPaymentCreditOnce(t *testing.T, s PaymentStore) {
 
 // testPaymentConcurrentCredit: many credits of one session at once, some
 // for a payment the store did not know: one credit.
-func testPaymentConcurrentCredit(t *testing.T, s PaymentStore) {
+func testPaymentConcurrentCredit(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(10), 0)
 	unknown := p
 	unknown.CheckoutSession = tollgate.NewID("cs_test_")
@@ -166,7 +156,7 @@ func testPaymentConcurrentCredit(t *testing.T, s PaymentStore) {
 
 // testPaymentUnknown: a payment the store does not know is recorded and
 // credited when its account exists; nothing is credited otherwise.
-func testPaymentUnknown(t *testing.T, s PaymentStore) {
+func testPaymentUnknown(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(5), 0)
 	c := creditOf(p, "pi_x")
 	c.CheckoutSession = "cs_test_unknown"
@@ -195,7 +185,7 @@ func testPaymentUnknown(t *testing.T, s PaymentStore) {
 
 // testPaymentMismatch: a payment whose amount is not what was asked is
 // failed and credits nothing.
-func testPaymentMismatch(t *testing.T, s PaymentStore) {
+func testPaymentMismatch(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(25), 0)
 	c := creditOf(p, "pi_m")
 	c.Credit, c.AmountCents = tollgate.Dollars(250), 25000
@@ -209,7 +199,7 @@ func testPaymentMismatch(t *testing.T, s PaymentStore) {
 
 // testPaymentDisabledAccount: an account the operator disabled gets no
 // credit; once enabled, the same payment credits.
-func testPaymentDisabledAccount(t *testing.T, s PaymentStore) {
+func testPaymentDisabledAccount(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(5), 0)
 	if err := s.SetAccountDisabled(ctx(t), a.ID, true); err != nil {
 		t.Fatal(err)
@@ -227,7 +217,7 @@ func testPaymentDisabledAccount(t *testing.T, s PaymentStore) {
 // testPaymentRefunds: refunds take the refunded share of the credit (the
 // provider's amount is cumulative), exactly; repeats and older events
 // change nothing.
-func testPaymentRefunds(t *testing.T, s PaymentStore) {
+func testPaymentRefunds(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(30), tollgate.Dollars(3)) // 3300 cents
 	credit(t, s, creditOf(p, "pi_r"), tollgate.OutcomeCredited)
 	r, err := s.RefundPayment(ctx(t), "pi_r", "ch_pi_r", 1100, t0)
@@ -263,7 +253,7 @@ func testPaymentRefunds(t *testing.T, s PaymentStore) {
 // testPaymentRefundOwed: a refund beyond the free balance takes what there
 // is, records the rest as owed and disables the account; the next payment
 // settles it and enables the account.
-func testPaymentRefundOwed(t *testing.T, s PaymentStore) {
+func testPaymentRefundOwed(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(10), 0)
 	credit(t, s, creditOf(p, "pi_o"), tollgate.OutcomeCredited)
 	if err := s.PostEntry(ctx(t), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerDebit, AccountID: a.ID,
@@ -316,7 +306,7 @@ func testPaymentRefundOwed(t *testing.T, s PaymentStore) {
 
 // testPaymentRefundBeforeCredit: a refund of a payment not credited yet
 // is kept and taken in the credit's transaction.
-func testPaymentRefundBeforeCredit(t *testing.T, s PaymentStore) {
+func testPaymentRefundBeforeCredit(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, tollgate.Dollars(1), tollgate.Dollars(10), 0)
 	// A payment whose intent is known before it is paid (an auto top-up).
 	p2 := p
@@ -339,7 +329,7 @@ func testPaymentRefundBeforeCredit(t *testing.T, s PaymentStore) {
 
 // testPaymentDisputeWon: a dispute takes the disputed credit and disables
 // the account; won, it gives it back and enables the account.
-func testPaymentDisputeWon(t *testing.T, s PaymentStore) {
+func testPaymentDisputeWon(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, tollgate.Dollars(2), tollgate.Dollars(20), 0)
 	credit(t, s, creditOf(p, "pi_w"), tollgate.OutcomeCredited)
 	r, err := s.DisputePayment(ctx(t), "pi_w", "dp_1", 2000, t0)
@@ -368,7 +358,7 @@ func testPaymentDisputeWon(t *testing.T, s PaymentStore) {
 // testPaymentDisputeLost: a lost dispute keeps its debit and the account
 // disabled, until the operator enables it; an account the operator
 // disabled is not enabled by payments.
-func testPaymentDisputeLost(t *testing.T, s PaymentStore) {
+func testPaymentDisputeLost(t *testing.T, s Store) {
 	a, p := pendingPayment(t, s, 0, tollgate.Dollars(20), 0)
 	credit(t, s, creditOf(p, "pi_l"), tollgate.OutcomeCredited)
 	if _, err := s.DisputePayment(ctx(t), "pi_l", "dp_2", 1000, t0); err != nil {
@@ -390,7 +380,7 @@ func testPaymentDisputeLost(t *testing.T, s PaymentStore) {
 
 // testPaymentEvents: events are kept once per id with their deliveries;
 // a redelivery that changed nothing keeps the first outcome.
-func testPaymentEvents(t *testing.T, s PaymentStore) {
+func testPaymentEvents(t *testing.T, s Store) {
 	e := tollgate.PaymentEvent{ID: "evt_1", Type: "checkout.session.completed", Provider: "stripe", Object: "cs_1",
 		AccountID: "acct_1", Outcome: tollgate.OutcomeCredited, First: t0, Last: t0}
 	if err := s.RecordPaymentEvent(ctx(t), e); err != nil {
@@ -417,7 +407,7 @@ func testPaymentEvents(t *testing.T, s PaymentStore) {
 }
 
 // testPaymentFail: a payment not paid is failed; a credited one is not.
-func testPaymentFail(t *testing.T, s PaymentStore) {
+func testPaymentFail(t *testing.T, s Store) {
 	_, p := pendingPayment(t, s, 0, tollgate.Dollars(5), 0)
 	r, err := s.FailPayment(ctx(t), p.CheckoutSession, "card declined", t0)
 	if err != nil || r.Outcome != tollgate.OutcomeFailed || r.Payment.Note != "card declined" {
@@ -437,7 +427,7 @@ func testPaymentFail(t *testing.T, s PaymentStore) {
 // balance is below the threshold; of many claims at once one wins; its
 // intent's credit (found by the payment id its metadata carries) ends it,
 // and so does its failure; a disabled top-up is not due.
-func testAutoTopUp(t *testing.T, s PaymentStore) {
+func testAutoTopUp(t *testing.T, s Store) {
 	a, _ := pendingPayment(t, s, tollgate.Dollars(3), tollgate.Dollars(5), 0)
 	if _, err := s.AutoTopUp(ctx(t), a.ID); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Fatalf("AutoTopUp of an account without one: %v", err)
