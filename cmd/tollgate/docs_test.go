@@ -281,9 +281,6 @@ func TestDocsNameRealErrorCodes(t *testing.T) {
 	statusCode := regexp.MustCompile("\\b([1-5][0-9][0-9])\\s*\\|?\\s*`([a-z_]+)`")
 	checked := 0
 	for name, text := range texts {
-		if name == "docs/simulator.md" {
-			continue // the simulated servers' own errors (vLLM's, Stripe's, ...)
-		}
 		for _, m := range statusCode.FindAllStringSubmatch(text, -1) {
 			status, code := m[1], m[2]
 			if strings.HasSuffix(code, "_error") || externalCodes[code] {
