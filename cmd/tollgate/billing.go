@@ -40,13 +40,14 @@ func newBiller(cfg *config.Config, st Store, log *slog.Logger) (*billing.Biller,
 }
 
 // newAdminAPI is the admin API for the admin listener. Without an admin
-// token every request is 401.
-func newAdminAPI(cfg *config.Config, st Store, log *slog.Logger) *admin.API {
+// token every request is 401. pay serves the payment routes (nil: payments
+// off).
+func newAdminAPI(cfg *config.Config, st Store, pay admin.Payments, log *slog.Logger) *admin.API {
 	models := make([]string, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
 		models = append(models, m.ID)
 	}
-	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log})
+	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log, Payments: pay})
 }
 
 // auditGrace is how long past its lease a hold may live before the audit

@@ -8,9 +8,10 @@ import (
 	"github.com/tollgate/tollgate/relay"
 )
 
-// newConsole is the account holders' console, for the api listener.
-func newConsole(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (*console.Console, error) {
-	return console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log})
+// newConsole is the account holders' console, for the api listener; pay
+// serves its payment pages (nil: payments off).
+func newConsole(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, pay console.Payments, log *slog.Logger) (*console.Console, error) {
+	return console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log, Payments: pay})
 }
 
 // newOperator is the operator's console, for the admin listener.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/console"
+	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -13,27 +14,36 @@ import (
 // serves one method (GET serves HEAD too), "/path" any method, "/path/" a
 // subtree. A path served with another method is 405 method_not_allowed,
 // any other path 404 not_found, both in the error envelope (server.Mux).
-// A subtree's handler answers its own misses: the console's and the
-// operator's pages are declared in console/console.go and
-// console/operator.go, the admin API's in admin/admin.go.
+// A subtree's handler routes within it and answers its own misses: the
+// console's pages are declared in console.New (its payment pages in
+// console/payments.go), the operator's in console.NewOperator, the admin
+// API's in admin.New (its payment routes in admin/payments.go).
 
-// apiRoutes is every path the api listener serves. Any other path is 404,
-// the protocol's other endpoints (embeddings, completions, responses, ...)
-// included: docs/api.md has no fallback to another endpoint.
-func apiRoutes(s *server.Server, con *console.Console) *server.Mux {
+// apiRoutes is every path the api listener serves; pay may be nil
+// (payments off). Any other path is 404, the protocol's other endpoints
+// (embeddings, completions, responses, ...) included: docs/api.md has no
+// fallback to another endpoint.
+func apiRoutes(s *server.Server, con *console.Console, pay *payments.Service) *server.Mux {
 	m := s.NewMux()
 	m.HandleFunc("POST /v1/chat/completions", s.Chat)
 	m.HandleFunc("GET /v1/models", s.Models)
 	m.HandleFunc("GET /pricing", s.Pricing)
+	if pay != nil {
+		m.HandleFunc("POST /webhooks/stripe", pay.ServeWebhook) // payments.WebhookPath
+	}
 	m.Handle("/console/", con)
 	m.Handle("GET /favicon.ico", con)
 	return m
 }
 
-// publicRoutes is every path the public listener serves.
-func publicRoutes(s *server.Server) *server.Mux {
+// publicRoutes is every path the public listener serves; pay may be nil
+// (payments off).
+func publicRoutes(s *server.Server, pay *payments.Service) *server.Mux {
 	m := s.NewMux()
 	m.HandleFunc("GET /pricing", s.Pricing)
+	if pay != nil {
+		m.HandleFunc("POST /webhooks/stripe", pay.ServeWebhook) // payments.WebhookPath
+	}
 	return m
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/metrics"
+	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/tracing"
@@ -41,8 +42,13 @@ type Main struct {
 	Share   *traffic.Share
 	Relay   *relay.Relay
 	Biller  *billing.Biller // nil when billing.disabled
-	Server  *server.Server
-	Metrics *metrics.Metrics
+	// Payments takes account holders' payments (nil: config payments off).
+	Payments *payments.Service
+	// PaymentsProvider replaces the provider config payments: builds (a
+	// test's); nil: built from the config.
+	PaymentsProvider payments.Provider
+	Server           *server.Server
+	Metrics          *metrics.Metrics
 	// Tracing exports spans (nil: tracing off). A test may set it before
 	// Open, with an in-memory exporter.
 	Tracing *tracing.Provider
@@ -145,7 +151,14 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
-	con, err := newConsole(cfg, m.Relay, m.Share, st, m.Log)
+	if err := m.openPayments(); err != nil {
+		m.Close(ctx)
+		return err
+	}
+	if m.Payments != nil && cfg.Payments.AutoTopUp {
+		m.background(func() { m.Payments.RunAutoTopUps(bgctx, autoTopUpInterval) })
+	}
+	con, err := newConsole(cfg, m.Relay, m.Share, st, m.paymentsConsole(), m.Log)
 	if err != nil {
 		m.Close(ctx)
 		return err
@@ -218,11 +231,11 @@ func (m *Main) Open(ctx context.Context) error {
 		}()
 		return nil
 	}
-	if err := listen("api", cfg.Listen.API, m.Server.Handler(apiRoutes(m.Server, con))); err != nil {
+	if err := listen("api", cfg.Listen.API, m.Server.Handler(apiRoutes(m.Server, con, m.Payments))); err != nil {
 		m.Close(ctx)
 		return err
 	}
-	if err := listen("public", cfg.Listen.Public, m.Server.Handler(publicRoutes(m.Server))); err != nil {
+	if err := listen("public", cfg.Listen.Public, m.Server.Handler(publicRoutes(m.Server, m.Payments))); err != nil {
 		m.Close(ctx)
 		return err
 	}
@@ -239,7 +252,7 @@ func (m *Main) Open(ctx context.Context) error {
 		}
 		metricsHandler = m.Metrics.Handler()
 	}
-	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.Log), op, metricsHandler, cfg.AdminToken)
+	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.paymentsAdmin(), m.Log), op, metricsHandler, cfg.AdminToken)
 	if err := listen("admin", cfg.Listen.Admin, m.Server.Handler(admin)); err != nil {
 		m.Close(ctx)
 		return err
