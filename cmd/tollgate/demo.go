@@ -60,13 +60,6 @@ store:
   sqlite: tollgate.db
 health:
   interval: 5s
-payments:                          # add credit in the console, paid on a simulated Stripe Checkout
-  provider: stripe
-  api_url: "{{stripe}}"
-  secret_key_env: TOLLGATE_DEMO_STRIPE_KEY
-  webhook_secret_env: TOLLGATE_DEMO_STRIPE_WEBHOOK_SECRET
-  console_url: "http://{{api}}/console/"
-  auto_topup: true
 search:
   provider: searxng                # a simulated SearXNG instance
   url: "{{searxng}}"
@@ -194,7 +187,7 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	if urls["api"], err = demoAPIAddr(*listen); err != nil {
 		return err
 	}
-	text := demoConfig
+	text := demoConfig + demoPayments
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
 	}
@@ -334,6 +327,18 @@ func demoInvite(ctx context.Context, st Store, accountID string) (string, error)
 	}
 	return inv.Path, nil
 }
+
+// demoPayments is the demo's payments section, appended to demoConfig
+// (which the tests' harness shares without payments): credit is added in
+// the console and paid on the simulated Stripe's Checkout page.
+const demoPayments = `payments:
+  provider: stripe
+  api_url: "{{stripe}}"
+  secret_key_env: TOLLGATE_DEMO_STRIPE_KEY
+  webhook_secret_env: TOLLGATE_DEMO_STRIPE_WEBHOOK_SECRET
+  console_url: "http://{{api}}/console/"
+  auto_topup: true
+`
 
 // demoStripeKey is the API key the demo's simulated Stripe accepts.
 const demoStripeKey = "sk_test_tollgate_demo"
