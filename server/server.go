@@ -62,6 +62,10 @@ type Server struct {
 	RequestLog io.Writer
 
 	draining atomic.Bool
+	// drainCtx ends lingering reads when the shutdown begins (linger.go).
+	drainOnce sync.Once
+	drainCtx  context.Context
+	drainStop context.CancelFunc
 	// BodyTimeout bounds the time to receive a request body, from the
 	// end of its headers (timeouts.request_body); 0: no bound.
 	BodyTimeout time.Duration
@@ -260,7 +264,13 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 
 // SetDraining makes /readyz answer 503 from now on: shutdown has begun, the
 // load balancer should send no more requests.
-func (s *Server) SetDraining() { s.draining.Store(true) }
+// Connections still discarding the body of a refused request (linger.go)
+// close now: a shutdown does not wait for them.
+func (s *Server) SetDraining() {
+	s.draining.Store(true)
+	s.drainContext()
+	s.drainStop()
+}
 
 // readyz is 200 when the instance can serve, else 503 with the reason: the
 // shutdown has begun, the store does not answer, or a model has no node in
