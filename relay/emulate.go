@@ -92,6 +92,7 @@ func (x *exchange) emulated(w http.ResponseWriter, req *http.Request, ctl openai
 	if err != nil {
 		err = x.transportError(ctx, req, err)
 		if s == nil {
+			w.Header().Del(emulatedHeader) // an error, not an answer served so
 			return err
 		}
 		return x.failEmulatedStream(s, req, err)
@@ -341,6 +342,7 @@ func (x *exchange) failEmulatedStream(s *streamer, req *http.Request, err error)
 		return nil
 	case !s.committed:
 		x.call.Outcome = "failed"
+		s.w.Header().Del(emulatedHeader) // an error, not an answer served so
 		return err
 	}
 	x.call.Outcome = "failed_mid_stream"
