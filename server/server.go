@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,10 @@ type Server struct {
 	// APIExtra are handlers mounted on the API listener beside the protocol
 	// endpoints, by path prefix (the console's /console/).
 	APIExtra map[string]http.Handler
+	// Webhooks are POST endpoints (a payment provider's webhooks, by
+	// path) served on every listener that serves /pricing: the public
+	// listener, and the API listener. Set them before the handlers are built.
+	Webhooks map[string]func(http.ResponseWriter, *http.Request) error
 
 	pricing pricingCache
 	ids     *requestIDs
@@ -113,15 +118,24 @@ var adminRoutes = []route{
 
 // APIHandler serves the protocol endpoints and /pricing.
 func (s *Server) APIHandler() http.Handler {
-	t := s.mux(apiRoutes)
+	t := s.mux(s.withWebhooks(apiRoutes))
 	for p, h := range s.APIExtra {
 		t.Handle(p, h)
 	}
 	return s.middleware(t)
 }
 
-// PublicHandler serves /pricing alone (the public listener).
-func (s *Server) PublicHandler() http.Handler { return s.handler(publicRoutes) }
+// PublicHandler serves /pricing and the webhooks (the public listener).
+func (s *Server) PublicHandler() http.Handler { return s.handler(s.withWebhooks(publicRoutes)) }
+
+// withWebhooks returns routes and the webhooks' routes.
+func (s *Server) withWebhooks(routes []route) []route {
+	out := slices.Clone(routes)
+	for path, h := range s.Webhooks {
+		out = append(out, route{path, "POST", func(_ *Server, w http.ResponseWriter, r *http.Request) error { return h(w, r) }})
+	}
+	return out
+}
 
 // AdminHandler serves health and readiness; extra routes (metrics, admin API)
 // are mounted by the caller with Mount.
