@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate"
@@ -53,7 +54,9 @@ func (s *Server) NewMux() *Mux {
 }
 
 // Handle serves pattern, a ServeMux pattern: "METHOD /path" (GET serves
-// HEAD too), "/path" for any method, or "/prefix/" for a subtree.
+// HEAD too), "/path" for any method, or "/prefix/" for a subtree. A path
+// with wildcards ("{id}") is matched by the ServeMux alone, and another
+// method on it is 404, not 405: the listeners' own paths are literal.
 func (m *Mux) Handle(pattern string, h http.Handler) {
 	m.mux.Handle(pattern, h)
 	method, p, ok := strings.Cut(pattern, " ")
@@ -68,7 +71,7 @@ func (m *Mux) Handle(pattern string, h http.Handler) {
 	if method != "" && !strings.Contains(p, "{") {
 		m.exact[p] = append(m.exact[p], exactRoute{method, h})
 	}
-	if _, seen := m.allow[p]; !seen {
+	if !slices.Contains(m.paths, p) {
 		m.paths = append(m.paths, p)
 	}
 	switch method {
