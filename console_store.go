@@ -15,6 +15,7 @@ type ConsoleInvite struct {
 	AccountID string
 	Created   time.Time
 	Expires   time.Time
+	Used      time.Time // zero: not used yet
 }
 
 // ConsoleSession is a signed-in account holder.
@@ -102,6 +103,16 @@ type ConsoleStore interface {
 	// their playground keys, atomically; ErrNotFound when there is no such
 	// unused, unexpired invitation.
 	AcceptInvite(ctx context.Context, h KeyHash, passwordHash string, now time.Time) (accountID string, err error)
+	// Invite returns the invitation, used or not, expired or not;
+	// ErrNotFound when there is none.
+	Invite(ctx context.Context, h KeyHash) (ConsoleInvite, error)
+	// ConsoleSecret returns the console's signing secret: the one stored,
+	// or fresh, which it stores when none is (of callers racing, all get
+	// the one stored first).
+	ConsoleSecret(ctx context.Context, fresh []byte) ([]byte, error)
+	// OperatorEntries returns the account's ledger entries that are not
+	// charges (opening, credits, debits), newest first, at most limit.
+	OperatorEntries(ctx context.Context, accountID string, limit int) ([]LedgerEntry, error)
 	// PasswordHash returns the account's encoded password hash; ErrNotFound
 	// when none was set.
 	PasswordHash(ctx context.Context, accountID string) (string, error)

@@ -34,6 +34,10 @@ type LedgerEntry struct {
 	Amount    Amount     `json:"amount"`
 	Note      string     `json:"note,omitzero"`
 	Time      time.Time  `json:"time"`
+	// Actor says who made an operator's entry, for the people who read the
+	// books later: "the operator console from 203.0.113.7", "the CLI as
+	// alice@host". Empty for charges.
+	Actor string `json:"actor,omitzero"`
 	// For a charge: the request, its hold and what it cost. Charge.Cost is
 	// the cost at the backend's rates; Amount is −(Cost − Uncollected).
 	Charge      *Charge `json:"charge,omitzero"`

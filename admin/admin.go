@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -156,7 +157,7 @@ func (a *API) post(kind tollgate.LedgerKind) func(http.ResponseWriter, *http.Req
 				`want {"amount": "12.50", "note": "..."} with the amount a decimal string of USD: %v`, err)
 		}
 		id := r.PathValue("id")
-		e, err := billing.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, a.opts.Now())
+		e, err := billing.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, "the admin API from "+clientHost(r), a.opts.Now())
 		if err != nil {
 			return notFound("account", id, err)
 		}
@@ -251,4 +252,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 // writeError answers with the one error mapper every listener uses.
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	server.WriteError(w, log, err)
+}
+
+// clientHost is the address the request came from, for the ledger's
+// record of who posted an entry.
+func clientHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

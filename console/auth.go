@@ -27,7 +27,7 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
-	if err := checkFormToken(r); err != nil {
+	if err := c.checkFormToken(r); err != nil {
 		return err
 	}
 	now := c.o.Now()
@@ -128,7 +128,7 @@ func retryAfter(until, now time.Time) string {
 // POST with the session's CSRF token; without a live session it just goes
 // to the sign-in page.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) error {
-	ck, err := r.Cookie(sessionCookie)
+	ck, err := c.cookie(r, sessionCookie)
 	if err == nil && ck.Value != "" {
 		if !tokensEqual(r.PostFormValue("csrf"), sessionCSRF(ck.Value)) {
 			return errCSRF
@@ -148,16 +148,45 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type inviteData struct{ Token string }
+type inviteData struct {
+	Token string
+	// Gone says why the link no longer sets a password ("used",
+	// "expired", "unknown"); the page then shows no form.
+	Gone string
+	When time.Time // when it was used, or expired
+}
 
+// inviteForm shows the form of a live invitation, or says why the link no
+// longer works. Looking an invitation up does not use it, and a made-up
+// token learns nothing but that it is unknown.
 func (c *Console) inviteForm(w http.ResponseWriter, r *http.Request) error {
+	token := r.URL.Query().Get("token")
 	v := c.publicView(w, r, "Set your password")
-	v.Data = inviteData{Token: r.URL.Query().Get("token")}
-	return c.render(w, http.StatusOK, "invite", v)
+	d := inviteData{Token: token}
+	inv, err := c.st.Invite(r.Context(), tollgate.HashKey(token))
+	switch {
+	case errors.Is(err, tollgate.ErrNotFound):
+		d.Gone = "unknown"
+	case err != nil:
+		return err
+	case !inv.Used.IsZero():
+		d.Gone, d.When = "used", inv.Used
+	case !c.o.Now().Before(inv.Expires):
+		d.Gone, d.When = "expired", inv.Expires
+	}
+	v.Data = d
+	status := http.StatusOK
+	switch d.Gone {
+	case "unknown":
+		status, v.Title = http.StatusNotFound, "Unknown invitation"
+	case "used", "expired":
+		status, v.Title = http.StatusGone, "Invitation "+d.Gone
+	}
+	return c.render(w, status, "invite", v)
 }
 
 func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
-	if err := checkFormToken(r); err != nil {
+	if err := c.checkFormToken(r); err != nil {
 		return err
 	}
 	token := r.PostFormValue("token")

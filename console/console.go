@@ -8,10 +8,7 @@ package console
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"errors"
@@ -67,7 +64,7 @@ const Prefix = "/console/"
 
 const (
 	sessionCookie = "tg_console"
-	formCookie    = "tg_form" // double-submit token of the forms shown before sign-in
+	formCookie    = "tg_form" // the pre-session of the forms shown before sign-in (csrf.go)
 	// Failed sign-ins allowed per window: to one account from one client
 	// address (or IPv6 /64), to one account from anywhere, and from one
 	// client address to any account. The first is the one a holder who
@@ -100,6 +97,9 @@ type Console struct {
 	hashing                                        hashSlots
 	closed                                         closedDays
 	dummyHash                                      string // verified against when the account has no password, so both take as long
+	// secret signs the pre-sessions of the forms shown before sign-in:
+	// ConsoleSecret, the same on every instance.
+	secret []byte
 }
 
 // New builds the console.
@@ -122,6 +122,11 @@ func New(st Store, o Options) (*Console, error) {
 		hashing: make(hashSlots, max(2, runtime.GOMAXPROCS(0)))}
 	var err error
 	if c.dummyHash, err = HashPassword(randomToken(), o.Password); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c.secret, err = st.ConsoleSecret(ctx, randomSecret()); err != nil {
 		return nil, err
 	}
 	for _, name := range []string{"signin", "invite", "overview", "keys", "activity", "playground", "error"} {
@@ -165,6 +170,10 @@ func (c *Console) Routes() map[string]http.Handler { return map[string]http.Hand
 // ServeHTTP sets the headers every console answer carries, then routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.headers(w, r)
+	if err := c.sameOrigin(r); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
 }
 
@@ -177,8 +186,11 @@ func (c *Console) headers(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	// An invitation's token is in its link: no page sends it on as a referrer.
-	h.Set("Referrer-Policy", "no-referrer")
+	// An invitation's token is in its link: no page sends it to another
+	// origin as a referrer. (Not no-referrer: under it a browser sends
+	// "Origin: null" with a form, which sameOrigin could not tell from a
+	// sandboxed page's.)
+	h.Set("Referrer-Policy", "same-origin")
 }
 
 // request is a signed-in request: the session and its account.
@@ -206,7 +218,7 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request) error) http.Ha
 func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		now := c.o.Now()
-		ck, err := r.Cookie(sessionCookie)
+		ck, err := c.cookie(r, sessionCookie)
 		if err != nil || ck.Value == "" {
 			return c.toSignin(w, r)
 		}
@@ -240,28 +252,12 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error) fun
 	}
 }
 
-var errCSRF = &tollgate.Error{Code: tollgate.CodeInvalidRequest, Param: "csrf",
-	Message: "the form is out of date or was not sent from this console; reload the page and try again"}
-
 func (c *Console) toSignin(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return tollgate.Errorf(tollgate.CodeUnauthorized, "your session has ended; sign in again")
 	}
 	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 	return nil
-}
-
-// sessionCSRF is the CSRF token of a session: an HMAC of the session's own
-// secret, so it needs no storage and a page from another site, which cannot
-// read the HttpOnly cookie, cannot compute it.
-func sessionCSRF(sessionToken string) string {
-	m := hmac.New(sha256.New, []byte(sessionToken))
-	m.Write([]byte("tollgate console csrf"))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-func tokensEqual(got, want string) bool {
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // randomToken is 32 random bytes, base64url: sessions, form tokens.
@@ -312,37 +308,4 @@ func (c *Console) clientAddr(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
-}
-
-func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration, site http.SameSite) {
-	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: int(ttl / time.Second),
-		HttpOnly: true, Secure: c.secure(r), SameSite: site})
-}
-
-func (c *Console) setCookieNamed(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration) {
-	c.setCookie(w, r, name, value, ttl, http.SameSiteLaxMode)
-}
-
-func (c *Console) clearCookie(w http.ResponseWriter, r *http.Request, name string) {
-	http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteLaxMode})
-}
-
-// formToken returns the double-submit token for the forms shown before
-// sign-in, setting its cookie when the browser has none.
-func (c *Console) formToken(w http.ResponseWriter, r *http.Request) string {
-	if ck, err := r.Cookie(formCookie); err == nil && len(ck.Value) >= 40 {
-		return ck.Value
-	}
-	t := randomToken()
-	c.setCookie(w, r, formCookie, t, 24*time.Hour, http.SameSiteStrictMode)
-	return t
-}
-
-// checkFormToken compares the form's token with its cookie.
-func checkFormToken(r *http.Request) error {
-	ck, err := r.Cookie(formCookie)
-	if err != nil || !tokensEqual(r.PostFormValue("csrf"), ck.Value) {
-		return errCSRF
-	}
-	return nil
 }

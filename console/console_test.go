@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -13,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,7 +155,7 @@ func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, t
 	if err := e.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", a.Created); err != nil {
+	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
 		t.Fatal(err)
 	}
 	secret := tollgate.NewKeySecret()
@@ -296,7 +299,7 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := b.get(tollgate.InvitePath(token))
-	if p.header.Get("Referrer-Policy") != "no-referrer" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+	if p.header.Get("Referrer-Policy") != "same-origin" || !strings.Contains(p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
 		t.Errorf("invite page headers: %v", p.header)
 	}
 	short := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"short"}, "confirm": {"short"}})
@@ -314,6 +317,22 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 	stored, err := e.st.PasswordHash(t.Context(), e.acct.ID)
 	if err != nil || !strings.HasPrefix(stored, "$argon2id$v=19$m=64,t=1,p=1$") || strings.Contains(stored, password) {
 		t.Errorf("stored password = %q, %v", stored, err)
+	}
+	// The link, opened again, says it was used and shows no form.
+	used := b.get(tollgate.InvitePath(token))
+	if used.status != http.StatusGone || !strings.Contains(used.body, `data-gone="used"`) || !strings.Contains(used.body, "It was used on 2026-03-20 15:00 UTC") ||
+		strings.Contains(used.body, `type="password"`) {
+		t.Errorf("a used invitation's page: %d\n%s", used.status, used.body)
+	}
+	if r := b.get("/console/invite?token=inv-madeup"); r.status != http.StatusNotFound || !strings.Contains(r.body, `data-gone="unknown"`) || strings.Contains(r.body, "<form") {
+		t.Errorf("an unknown invitation's page: %d\n%s", r.status, r.body)
+	}
+	late, _, err := tollgate.IssueInvite(t.Context(), e.st, e.acct.ID, e.clock.now().Add(-tollgate.InviteTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(tollgate.InvitePath(late)); r.status != http.StatusGone || !strings.Contains(r.body, `data-gone="expired"`) || strings.Contains(r.body, "<form") {
+		t.Errorf("an expired invitation's page: %d\n%s", r.status, r.body)
 	}
 	again := b.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {token}, "password": {"another password!"}, "confirm": {"another password!"}})
 	if again.status != http.StatusNotFound || again.code() != "not_found" {
@@ -507,7 +526,7 @@ func TestInviteLimitsAndEndsSessions(t *testing.T) {
 	}
 	// Two tries were used from this address (both browsers are loopback);
 	// the rest of the window's are bogus tokens.
-	p := fresh.get("/console/invite?token=x")
+	p := fresh.get("/console/signin") // the same pre-session's token as the invitation form's
 	for i := range addressInvites - 2 {
 		r := fresh.post("/console/invite", url.Values{"csrf": {p.csrf(t)}, "token": {"inv-bogus" + itoa(int64(i))},
 			"password": {"a brand new password"}, "confirm": {"a brand new password"}})
@@ -631,9 +650,139 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 			resp.Body.Close()
 			cs := resp.Cookies()
 			if len(cs) != 1 || cs[0].Secure != tc.secure {
-				t.Errorf("cookies %+v, want Secure=%t", cs, tc.secure)
+				t.Fatalf("cookies %+v, want Secure=%t", cs, tc.secure)
+			}
+			// Over TLS, a __Host- cookie (Path=/, no Domain).
+			if host := strings.HasPrefix(cs[0].Name, "__Host-"); host != tc.secure || tc.secure && (cs[0].Path != "/" || cs[0].Domain != "") {
+				t.Errorf("cookie %+v over TLS=%t: want the __Host- prefix and Path=/ exactly over TLS", cs[0], tc.secure)
 			}
 		})
+	}
+}
+
+// Served over TLS, the whole sign-in works with __Host- cookies, and a
+// cookie without the prefix (which a sibling subdomain or a plain-http
+// port could plant) is not read.
+func TestHostCookiesOverTLS(t *testing.T) {
+	e := newEnv(t, Options{})
+	srv := httptest.NewTLSServer(e.con)
+	t.Cleanup(srv.Close)
+	e.srv = srv
+	b := e.browser(t)
+	b.c.Transport = srv.Client().Transport
+	b.setPassword(e.acct.ID, password)
+	if r := b.signin(e.acct.ID, password); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-in over TLS: %d %s", r.status, r.code())
+	}
+	u, _ := url.Parse(srv.URL + "/console/")
+	names := map[string]bool{}
+	for _, ck := range b.c.Jar.Cookies(u) {
+		names[ck.Name] = true
+	}
+	if !names["__Host-tg_console"] || !names["__Host-tg_form"] || names["tg_console"] || names["tg_form"] {
+		t.Errorf("cookies over TLS: %v, want __Host-tg_console and __Host-tg_form only", names)
+	}
+	if r := b.get("/console/"); r.status != 200 {
+		t.Errorf("overview over TLS: %d", r.status)
+	}
+	// A planted pre-session without the prefix is not the form's.
+	planted := e.browser(t)
+	planted.c.Transport = srv.Client().Transport
+	p := b.get("/console/signin")
+	planted.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: strings.Repeat("A", 43) + ".9999999999"}})
+	if r := planted.post("/console/signin", url.Values{"csrf": {p.csrf(t)}, "account": {e.acct.ID}, "password": {password}}); r.status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Errorf("a planted tg_form cookie over TLS: %d %s", r.status, r.code())
+	}
+}
+
+// Login CSRF: a page of another origin (another port of this host, a
+// sibling subdomain) that can plant the pre-session cookie must still not
+// sign the victim's browser in to the attacker's account.
+func TestLoginCSRF(t *testing.T) {
+	e := newEnv(t, Options{})
+	attacker, _ := e.newAccount(t, "mallory", "1")
+	e.browser(t).setPassword(attacker.ID, password)
+	signedIn := func(b *browser) bool {
+		t.Helper()
+		return b.get("/console/").status == 200
+	}
+	u, _ := url.Parse(e.srv.URL + "/console/")
+
+	// 1. The old attack: a made-up cookie and the same value as the token.
+	victim := e.browser(t)
+	made := strings.Repeat("x", 43)
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: made, Path: "/console/"}})
+	if r := victim.post("/console/signin", url.Values{"csrf": {made}, "account": {attacker.ID}, "password": {password}}); r.code() != "invalid_request" || signedIn(victim) {
+		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
+	}
+
+	// 2. A genuine pre-session the attacker fetched and planted, sent from
+	// the attacker's page: the browser says where the form came from.
+	evil := e.browser(t)
+	token := evil.get("/console/signin").csrf(t)
+	var pre *http.Cookie
+	for _, ck := range evil.c.Jar.Cookies(u) {
+		if ck.Name == "tg_form" {
+			pre = ck
+		}
+	}
+	if pre == nil {
+		t.Fatal("the sign-in page set no tg_form cookie")
+	}
+	for name, h := range map[string]http.Header{
+		"Sec-Fetch-Site: same-site":     {"Sec-Fetch-Site": {"same-site"}, "Origin": {"http://127.0.0.1:1"}},
+		"Sec-Fetch-Site: cross-site":    {"Sec-Fetch-Site": {"cross-site"}},
+		"Origin of another port":        {"Origin": {"http://127.0.0.1:1"}},
+		"Origin of a sibling subdomain": {"Origin": {"https://evil.example.com"}},
+		"Origin: null":                  {"Origin": {"null"}},
+	} {
+		victim := e.browser(t)
+		victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: pre.Value, Path: "/console/"}})
+		req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+			strings.NewReader(url.Values{"csrf": {token}, "account": {attacker.ID}, "password": {password}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		maps.Copy(req.Header, h)
+		r := victim.do(req)
+		if r.status != http.StatusBadRequest || r.code() != "invalid_request" || !strings.Contains(r.body, "another site") || signedIn(victim) {
+			t.Errorf("%s: %d %s, signed in %t", name, r.status, r.code(), signedIn(victim))
+		}
+	}
+	// The same form from this console's own page goes through.
+	self := e.browser(t)
+	self.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: pre.Value, Path: "/console/"}})
+	req, _ := http.NewRequest("POST", e.srv.URL+"/console/signin",
+		strings.NewReader(url.Values{"csrf": {token}, "account": {attacker.ID}, "password": {password}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Origin", e.srv.URL)
+	if r := self.do(req); r.status != http.StatusSeeOther || !signedIn(self) {
+		t.Errorf("the console's own form: %d %s", r.status, r.code())
+	}
+
+	// 3. A pre-session past its expiry is refused, and another instance on
+	// the same store (the secret is shared) accepts a live one.
+	late := e.browser(t)
+	tok := late.get("/console/signin").csrf(t)
+	e.restart(t, e.st, nil)
+	if r := late.post("/console/signin", url.Values{"csrf": {tok}, "account": {attacker.ID}, "password": {"wrong password!"}}); r.status != http.StatusUnauthorized {
+		t.Errorf("a pre-session from another instance: %d %s, want the password checked (401)", r.status, r.code())
+	}
+	e.clock.add(formTTL + time.Second)
+	if r := late.post("/console/signin", url.Values{"csrf": {tok}, "account": {attacker.ID}, "password": {password}}); r.code() != "invalid_request" || signedIn(late) {
+		t.Errorf("an expired pre-session: %d %s", r.status, r.code())
+	}
+
+	// 4. Signed in, a cross-origin POST is refused too.
+	b := e.signedIn(t)
+	csrf := b.get("/console/keys").csrf(t)
+	req, _ = http.NewRequest("POST", e.srv.URL+"/console/keys", strings.NewReader(url.Values{"csrf": {csrf}, "name": {"evil"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-site")
+	if r := b.do(req); r.code() != "invalid_request" {
+		t.Errorf("a signed-in POST from another origin: %d %s", r.status, r.code())
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Errorf("a key was made from another origin: %d keys", len(keys))
 	}
 }
 
@@ -826,7 +975,7 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -20)) // last month, in the chart
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now)
-	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", now.AddDate(0, 0, -4)); err != nil {
+	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
 		t.Fatal(err)
 	}
 	b := e.signedIn(t)
@@ -949,7 +1098,11 @@ func TestActivityAndCSV(t *testing.T) {
 	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="num mono"`) != activityPage {
 		t.Errorf("first page: want %d rows and a next page", activityPage)
 	}
-	p2 := b.get("/console/activity?page=2")
+	next := regexp.MustCompile(`<a href="([^"]*)" rel="next">`).FindStringSubmatch(p.body)
+	if next == nil || html.UnescapeString(next[1]) != "/console/activity?page=2" {
+		t.Errorf("the next page's link is %q, want /console/activity?page=2", next)
+	}
+	p2 := b.get(html.UnescapeString(next[1]))
 	if n := strings.Count(p2.body, `class="num mono"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
 		t.Errorf("second page: %d rows", n)
 	}
@@ -960,7 +1113,16 @@ func TestActivityAndCSV(t *testing.T) {
 	if r := b.get("/console/activity?since=yesterday"); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="since"`) {
 		t.Errorf("bad date: %d %s", r.status, r.code())
 	}
-	c := b.get("/console/activity.csv?model=tg-chat")
+	// The CSV link the filtered page renders keeps the filter.
+	filtered := b.get("/console/activity?model=tg-chat")
+	m := regexp.MustCompile(`<a class="button secondary" href="([^"]*)" download>CSV</a>`).FindStringSubmatch(filtered.body)
+	if m == nil {
+		t.Fatalf("the filtered activity has no CSV link:\n%s", filtered.body)
+	}
+	if got := html.UnescapeString(m[1]); got != "/console/activity.csv?model=tg-chat" {
+		t.Errorf("the filtered activity's CSV link is %q, want the filter in its query", got)
+	}
+	c := b.get(html.UnescapeString(m[1]))
 	if c.status != 200 || c.header.Get("Content-Type") != "text/csv; charset=utf-8" {
 		t.Fatalf("csv: %d %q", c.status, c.header.Get("Content-Type"))
 	}
@@ -969,12 +1131,21 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, _ := billing.UsageColumns([]string{"key", "model", "backend"}, true, billing.UsageRow{})
-	if strings.Join(recs[0], ",") != strings.Join(head, ",") {
-		t.Errorf("csv header %v, want tollgate usage's %v", recs[0], head)
+	if want := slices.Insert(head, 2, "key_name"); strings.Join(recs[0], ",") != strings.Join(want, ",") {
+		t.Errorf("csv header %v, want tollgate usage's with key_name after key: %v", recs[0], want)
 	}
-	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[2][10] != "0.000123456789" {
+	if len(recs) != 3 || recs[1][0] != "2026-03-18" || recs[1][1] != e.key.ID || recs[1][2] != e.key.Name || recs[2][11] != "0.000123456789" {
 		t.Errorf("csv rows = %v", recs)
 	}
+	// Without key_name, the same bytes as tollgate usage.
+	var noName strings.Builder
+	cw0 := csv.NewWriter(&noName)
+	for _, rec := range recs {
+		if err := cw0.Write(slices.Delete(rec, 2, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cw0.Flush()
 	// The same bytes as `tollgate usage --account A --model tg-chat --by key,model,backend --period day --csv`.
 	rows, err := billing.Usage(t.Context(), e.st, tollgate.UsageFilter{AccountID: e.acct.ID, Model: "tg-chat"}, []string{"key", "model", "backend"}, "day")
 	if err != nil {
@@ -986,8 +1157,8 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	cw.Flush()
-	if c.body != want.String() {
-		t.Errorf("csv export:\n%s\nwant what tollgate usage writes:\n%s", c.body, want.String())
+	if noName.String() != want.String() {
+		t.Errorf("csv export without key_name:\n%s\nwant what tollgate usage writes:\n%s", noName.String(), want.String())
 	}
 }
 

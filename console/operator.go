@@ -109,7 +109,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	}
 	op := &Operator{st: st, o: o, token: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{}, mux: http.NewServeMux(),
 		sessions: map[tollgate.KeyHash]time.Time{}, failures: newAttempts(operatorFailures, failureWindow),
-		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}}}
+		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}, secret: randomSecret()}}
 	for _, name := range []string{"op_signin", "op_accounts", "op_account", "op_service", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -144,6 +144,10 @@ func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Ha
 
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op.c.headers(w, r)
+	if err := op.c.sameOrigin(r); err != nil {
+		op.c.fail(w, r, err)
+		return
+	}
 	op.mux.ServeHTTP(w, r)
 }
 
@@ -155,7 +159,7 @@ func opCurrent(r *http.Request) *opRequest { v, _ := r.Context().Value(opKey{}).
 
 func (op *Operator) signedIn(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		ck, err := r.Cookie(operatorCookie)
+		ck, err := op.c.cookie(r, operatorCookie)
 		if err != nil || ck.Value == "" || !op.live(tollgate.HashKey(ck.Value)) {
 			return op.c.toSignin(w, r)
 		}
@@ -196,7 +200,7 @@ func (op *Operator) signinForm(w http.ResponseWriter, r *http.Request) error {
 // signin compares the SHA-256 of the presented token with the configured
 // one's in constant time, like the admin API.
 func (op *Operator) signin(w http.ResponseWriter, r *http.Request) error {
-	if err := checkFormToken(r); err != nil {
+	if err := op.c.checkFormToken(r); err != nil {
 		return err
 	}
 	now := op.o.Now()
@@ -398,7 +402,7 @@ func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error 
 		if action == "debit" {
 			kind = tollgate.LedgerDebit
 		}
-		e, err := billing.Post(ctx, op.st, kind, id, amount, note, op.o.Now())
+		e, err := billing.Post(ctx, op.st, kind, id, amount, note, "the operator console from "+op.c.clientAddr(r), op.o.Now())
 		if err != nil {
 			var te *tollgate.Error
 			if errors.As(err, &te) {

@@ -417,11 +417,29 @@ func (c *Console) activityCSV(w http.ResponseWriter, r *http.Request) error {
 		return cmp.Or(strings.Compare(a.Period, b.Period), strings.Compare(a.Key, b.Key), strings.Compare(a.Model, b.Model),
 			strings.Compare(a.Backend, b.Backend))
 	})
+	keys, err := c.st.Keys(r.Context(), current(r).account.ID)
+	if err != nil {
+		return err
+	}
+	names := make(map[string]string, len(keys))
+	for _, k := range keys {
+		names[k.ID] = k.Name
+	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="tollgate-usage-`+current(r).account.ID+`.csv"`)
 	cw := csv.NewWriter(w)
-	if err := billing.WriteUsageCSV(cw, by, true, rows); err != nil {
+	// tollgate usage's columns, and the key's name after its id: the page
+	// shows names, the CLI and the API ids.
+	head, _ := billing.UsageColumns(by, true, billing.UsageRow{})
+	at := slices.Index(head, "key") + 1
+	if err := cw.Write(slices.Insert(head, at, "key_name")); err != nil {
 		return err
+	}
+	for _, row := range rows {
+		_, vals := billing.UsageColumns(by, true, row)
+		if err := cw.Write(slices.Insert(vals, at, names[row.Key])); err != nil {
+			return err
+		}
 	}
 	cw.Flush()
 	return cw.Error()

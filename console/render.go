@@ -90,7 +90,19 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.DateOnly)
 	},
-	"int": func(n int64) string { return groupDigits(n) },
+	"int":  func(n int64) string { return groupDigits(n) },
+	"link": link,
+}
+
+// link joins a page's path and a query the handler built (its values
+// escaped with url.QueryEscape). The template would otherwise escape the
+// whole query as one value, "=" and "&" included, and the server would see
+// no parameters.
+func link(path, query string) template.URL {
+	if query == "" {
+		return template.URL(path)
+	}
+	return template.URL(path + "?" + query)
 }
 
 // fixed12 is an amount with all 12 decimals: what a request cost exactly.

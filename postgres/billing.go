@@ -297,8 +297,8 @@ func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $1 WHERE id = $2`, int64(signed), e.AccountID); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `INSERT INTO ledger (id, kind, account_id, amount, note, time) VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq`,
-			e.ID, string(e.Kind), e.AccountID, int64(signed), e.Note, e.Time).Scan(&e.Seq)
+		return tx.QueryRow(ctx, `INSERT INTO ledger (id, kind, account_id, amount, note, time, actor) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq`,
+			e.ID, string(e.Kind), e.AccountID, int64(signed), e.Note, e.Time, e.Actor).Scan(&e.Seq)
 	})
 	if pgCode(err) == uniqueViolation {
 		return conflict("ledger entry "+e.ID, err)
@@ -331,7 +331,7 @@ func (db *DB) Balance(ctx context.Context, accountID string) (tollgate.Balance, 
 
 const ledgerColumns = `seq, id, kind, account_id, amount, note, time, coalesce(hold_id, ''), coalesce(key_id, ''),
 	coalesce(model, ''), coalesce(class, ''), coalesce(node, ''), prompt_tokens, completion_tokens, cached_tokens,
-	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated, searches, search_price`
+	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated, searches, search_price, actor`
 
 func scanEntry(row pgx.CollectableRow) (tollgate.LedgerEntry, error) {
 	var e tollgate.LedgerEntry
@@ -340,7 +340,7 @@ func scanEntry(row pgx.CollectableRow) (tollgate.LedgerEntry, error) {
 	var c tollgate.Charge
 	if err := row.Scan(&e.Seq, &e.ID, &kind, &e.AccountID, &amount, &e.Note, &e.Time, &e.HoldID, &c.KeyID, &c.Model, &class, &c.Node,
 		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated,
-		&c.Searches, &price); err != nil {
+		&c.Searches, &price, &e.Actor); err != nil {
 		return e, err
 	}
 	e.Kind, e.Amount, e.Time, e.Uncollected = tollgate.LedgerKind(kind), tollgate.Amount(amount), e.Time.UTC(), tollgate.Amount(unc)

@@ -327,3 +327,51 @@ func (db *DB) SaveDays(ctx context.Context, accountID string, since time.Time, d
 	}
 	return nil
 }
+
+// Invite returns the invitation, used or not.
+func (db *DB) Invite(ctx context.Context, h tollgate.KeyHash) (tollgate.ConsoleInvite, error) {
+	var inv tollgate.ConsoleInvite
+	var used *time.Time
+	err := db.pool.QueryRow(ctx, `SELECT account_id, created, expires, used FROM console_invites WHERE hash = $1`, h.String()).
+		Scan(&inv.AccountID, &inv.Created, &inv.Expires, &used)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return inv, fmt.Errorf("invitation: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return inv, fmt.Errorf("postgres: invitation: %w", err)
+	}
+	inv.Created, inv.Expires = inv.Created.UTC(), inv.Expires.UTC()
+	if used != nil {
+		inv.Used = used.UTC()
+	}
+	return inv, nil
+}
+
+// ConsoleSecret returns the stored secret, storing fresh when there is none.
+// The read is a statement of its own: it sees the row of a racing insert
+// that the insert above waited for.
+func (db *DB) ConsoleSecret(ctx context.Context, fresh []byte) ([]byte, error) {
+	if _, err := db.pool.Exec(ctx, `INSERT INTO console_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`, fresh); err != nil {
+		return nil, fmt.Errorf("postgres: console secret: %w", err)
+	}
+	var secret []byte
+	if err := db.pool.QueryRow(ctx, `SELECT secret FROM console_secret WHERE id = 1`).Scan(&secret); err != nil {
+		return nil, fmt.Errorf("postgres: console secret: %w", err)
+	}
+	return secret, nil
+}
+
+// OperatorEntries returns the account's entries other than charges, newest
+// first, through the partial index of migration 0014.
+func (db *DB) OperatorEntries(ctx context.Context, accountID string, limit int) ([]tollgate.LedgerEntry, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE account_id = $1 AND kind <> 'charge'
+		ORDER BY seq DESC LIMIT $2`, accountID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: operator entries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: operator entries: %w", err)
+	}
+	return out, nil
+}

@@ -711,8 +711,8 @@ func (db *DB) PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + ? WHERE id = ?`, int64(signed), e.AccountID); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, `INSERT INTO ledger (id, kind, account_id, amount, note, time) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`,
-			e.ID, string(e.Kind), e.AccountID, int64(signed), e.Note, toMicros(e.Time)).Scan(&e.Seq)
+		return tx.QueryRowContext(ctx, `INSERT INTO ledger (id, kind, account_id, amount, note, time, actor) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
+			e.ID, string(e.Kind), e.AccountID, int64(signed), e.Note, toMicros(e.Time), e.Actor).Scan(&e.Seq)
 	})
 	if isUnique(err) {
 		return conflict("ledger entry "+e.ID, err)
@@ -741,7 +741,7 @@ func (db *DB) Balance(ctx context.Context, accountID string) (tollgate.Balance, 
 
 const ledgerColumns = `seq, id, kind, account_id, amount, note, time, coalesce(hold_id, ''), coalesce(key_id, ''),
 	coalesce(model, ''), coalesce(class, ''), coalesce(node, ''), prompt_tokens, completion_tokens, cached_tokens,
-	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated, searches, search_price`
+	reasoning_tokens, input_rate, output_rate, cost, uncollected, estimated, searches, search_price, actor`
 
 func scanEntry(rows *sql.Rows) (tollgate.LedgerEntry, error) {
 	var e tollgate.LedgerEntry
@@ -750,7 +750,7 @@ func scanEntry(rows *sql.Rows) (tollgate.LedgerEntry, error) {
 	var c tollgate.Charge
 	if err := rows.Scan(&e.Seq, &e.ID, &kind, &e.AccountID, &amount, &e.Note, &tm, &e.HoldID, &c.KeyID, &c.Model, &class, &c.Node,
 		&c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.ReasoningTokens, &in, &out, &cost, &unc, &c.Estimated,
-		&c.Searches, &price); err != nil {
+		&c.Searches, &price, &e.Actor); err != nil {
 		return e, err
 	}
 	e.Kind, e.Amount, e.Time, e.Uncollected = tollgate.LedgerKind(kind), tollgate.Amount(amount), fromMicros(tm), tollgate.Amount(unc)

@@ -195,21 +195,27 @@ func (db *DB) RecentCharges(ctx context.Context, f tollgate.UsageFilter, offset,
 	}
 	q := `SELECT ` + ledgerColumns + ` FROM ledger WHERE account_id = ? AND kind = 'charge'`
 	q, args := filterConds(q, []any{f.AccountID}, f)
-	rows, err := db.r.QueryContext(ctx, q+` ORDER BY time DESC, seq DESC LIMIT ? OFFSET ?`, append(args, limit, offset)...)
+	return db.entries(ctx, "recent charges", limit, q+` ORDER BY time DESC, seq DESC LIMIT ? OFFSET ?`, append(args, limit, offset)...)
+}
+
+// entries reads the ledger rows q selects (ledgerColumns); what names the
+// read in errors, and size is how many rows to make room for.
+func (db *DB) entries(ctx context.Context, what string, size int, q string, args ...any) ([]tollgate.LedgerEntry, error) {
+	rows, err := db.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+		return nil, fmt.Errorf("sqlite: %s: %w", what, err)
 	}
 	defer rows.Close()
-	out := make([]tollgate.LedgerEntry, 0, limit)
+	out := make([]tollgate.LedgerEntry, 0, size)
 	for rows.Next() {
 		e, err := scanEntry(rows)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+			return nil, fmt.Errorf("sqlite: %s: %w", what, err)
 		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: recent charges: %w", err)
+		return nil, fmt.Errorf("sqlite: %s: %w", what, err)
 	}
 	return out, nil
 }
@@ -383,4 +389,46 @@ func (db *DB) SaveDays(ctx context.Context, accountID string, since time.Time, d
 		return fmt.Errorf("sqlite: save days of %s: %w", accountID, err)
 	}
 	return nil
+}
+
+// Invite returns the invitation, used or not.
+func (db *DB) Invite(ctx context.Context, h tollgate.KeyHash) (tollgate.ConsoleInvite, error) {
+	var inv tollgate.ConsoleInvite
+	var created, expires int64
+	var used sql.NullInt64
+	err := db.r.QueryRowContext(ctx, `SELECT account_id, created, expires, used FROM console_invites WHERE hash = ?`, h.String()).
+		Scan(&inv.AccountID, &created, &expires, &used)
+	if errors.Is(err, sql.ErrNoRows) {
+		return inv, fmt.Errorf("invitation: %w", tollgate.ErrNotFound)
+	}
+	if err != nil {
+		return inv, fmt.Errorf("sqlite: invitation: %w", err)
+	}
+	inv.Created, inv.Expires = fromMicros(created), fromMicros(expires)
+	if used.Valid {
+		inv.Used = fromMicros(used.Int64)
+	}
+	return inv, nil
+}
+
+// ConsoleSecret returns the stored secret, storing fresh when there is none.
+func (db *DB) ConsoleSecret(ctx context.Context, fresh []byte) ([]byte, error) {
+	var secret []byte
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO console_secret (id, secret) VALUES (1, ?) ON CONFLICT (id) DO NOTHING`, fresh); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT secret FROM console_secret WHERE id = 1`).Scan(&secret)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: console secret: %w", err)
+	}
+	return secret, nil
+}
+
+// OperatorEntries returns the account's entries other than charges, newest
+// first, through the partial index of migration 0014.
+func (db *DB) OperatorEntries(ctx context.Context, accountID string, limit int) ([]tollgate.LedgerEntry, error) {
+	return db.entries(ctx, "operator entries", min(limit, 64), `SELECT `+ledgerColumns+` FROM ledger WHERE account_id = ? AND kind <> 'charge'
+		ORDER BY seq DESC LIMIT ?`, accountID, limit)
 }

@@ -144,11 +144,9 @@ Shows one account and its keys (prefixes only; secrets are never stored).`, c.st
 	if err != nil {
 		return err
 	}
-	var money tollgate.Balance
-	if bs, err := books(st); err == nil {
-		if money, err = bs.Balance(ctx, a.ID); err != nil {
-			return err
-		}
+	money, err := st.Balance(ctx, a.ID)
+	if err != nil {
+		return err
 	}
 	if c.json {
 		return writeJSON(c.stdout, struct {
@@ -224,11 +222,7 @@ expires after 72 hours.`, c.stderr)
 		return err
 	}
 	defer st.Close()
-	cs, ok := st.(tollgate.ConsoleStore)
-	if !ok {
-		return fmt.Errorf("this store keeps no console invitations")
-	}
-	token, expires, err := tollgate.IssueInvite(ctx, cs, id, time.Now())
+	token, expires, err := tollgate.IssueInvite(ctx, st, id, time.Now())
 	if err != nil {
 		return notFound("account", id, err)
 	}

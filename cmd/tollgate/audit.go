@@ -70,15 +70,11 @@ the last one.`, c.stderr)
 		return err
 	}
 	defer st.Close()
-	bs, err := books(st)
-	if err != nil {
-		return err
-	}
 	grace := c.grace.d
 	if !c.grace.set {
 		grace = auditGrace(c.cfg)
 	}
-	r, err := billing.RunAudit(ctx, bs, time.Now(), grace, tollgate.AuditFromCLI)
+	r, err := billing.RunAudit(ctx, st, time.Now(), grace, tollgate.AuditFromCLI)
 	unrecorded := errors.Is(err, billing.ErrAuditNotRecorded)
 	if err != nil && !unrecorded {
 		return err

@@ -6,24 +6,13 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 )
 
-// billingStore is what the stores offer for billing and the operator's tools.
-type billingStore interface {
-	billing.Store
-	billing.BooksStore
-}
-
 // newBiller builds the Biller on the config's store.
-func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billing.Biller, error) {
-	bs, ok := st.(billing.Store)
-	if !ok {
-		return nil, fmt.Errorf("billing: the %s store keeps no holds", cfg.Store.Driver)
-	}
+func newBiller(cfg *config.Config, st Store, log *slog.Logger) (*billing.Biller, error) {
 	workers := cfg.Billing.Workers
 	if workers == 0 {
 		workers = 1 // SQLite has one writer
@@ -31,7 +20,7 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 			workers = 4
 		}
 	}
-	b, err := billing.Open(bs, billing.Options{
+	b, err := billing.Open(st, billing.Options{
 		Lease:       cfg.Billing.Lease.D(),
 		Renew:       cfg.Billing.Renew.D(),
 		Sweep:       cfg.Billing.Sweep.D(),
@@ -51,27 +40,14 @@ func newBiller(cfg *config.Config, st tollgate.Store, log *slog.Logger) (*billin
 	return b, nil
 }
 
-// books returns the store's operator view, or an error naming the driver.
-func books(st tollgate.Store) (billingStore, error) {
-	bs, ok := st.(billingStore)
-	if !ok {
-		return nil, fmt.Errorf("this store keeps no ledger")
-	}
-	return bs, nil
-}
-
-// adminRoutes is the admin API for the admin listener (nil when the store
-// keeps no ledger). Without an admin token every request is 401.
-func adminRoutes(cfg *config.Config, st tollgate.Store, log *slog.Logger) map[string]http.Handler {
-	as, ok := st.(admin.Store)
-	if !ok {
-		return nil
-	}
+// adminRoutes is the admin API for the admin listener. Without an admin
+// token every request is 401.
+func adminRoutes(cfg *config.Config, st Store, log *slog.Logger) map[string]http.Handler {
 	models := make([]string, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
 		models = append(models, m.ID)
 	}
-	return admin.New(as, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log}).Routes()
+	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log}).Routes()
 }
 
 // auditGrace is how long past its lease a hold may live before the audit

@@ -40,14 +40,7 @@ const flatBody = `{"model":"bill-flat","max_tokens":10,"messages":[{"role":"user
 
 var flatHold = tollgate.Amount(10 * 3_000_007)
 
-func (h *harness) books() billingStore {
-	h.t.Helper()
-	bs, err := books(h.main.Store)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return bs
-}
+func (h *harness) books() Store { return h.main.Store }
 
 // postKey is h.post with another key.
 func (h *harness) postKey(key, body string, headers map[string]string) (int, http.Header, []byte) {
@@ -61,7 +54,7 @@ func (h *harness) postKey(key, body string, headers map[string]string) (int, htt
 
 // ledgerEntry waits (a settle after a disconnect runs after the client left)
 // for the charge of request id and returns it.
-func ledgerEntry(t *testing.T, st billingStore, id string) tollgate.LedgerEntry {
+func ledgerEntry(t *testing.T, st Store, id string) tollgate.LedgerEntry {
 	t.Helper()
 	type entryStore interface {
 		LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry, error)
@@ -92,7 +85,7 @@ func mustAudit(t *testing.T, st billing.BooksStore) billing.AuditReport {
 	return r
 }
 
-func countCharges(t *testing.T, st billingStore, acct string) (n int, sum tollgate.Amount) {
+func countCharges(t *testing.T, st Store, acct string) (n int, sum tollgate.Amount) {
 	t.Helper()
 	err := st.Ledger(context.Background(), tollgate.UsageFilter{AccountID: acct}, func(e tollgate.LedgerEntry) error {
 		if e.Kind == tollgate.LedgerCharge {
@@ -246,7 +239,7 @@ func (h *harness) stream(key, body string, stopAfter int) sseResult {
 }
 
 // checkCharge compares the ledger row of a request with what the client saw.
-func checkCharge(t *testing.T, st billingStore, id string, shown ...string) tollgate.LedgerEntry {
+func checkCharge(t *testing.T, st Store, id string, shown ...string) tollgate.LedgerEntry {
 	t.Helper()
 	e := ledgerEntry(t, st, id)
 	if e.Kind != tollgate.LedgerCharge || e.Charge == nil {

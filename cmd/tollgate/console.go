@@ -4,34 +4,23 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/console"
 	"github.com/tollgate/tollgate/relay"
 )
 
-// consoleRoutes are the console's handlers for the api listener; none when
-// the store keeps no console records.
-func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, log *slog.Logger) (map[string]http.Handler, error) {
-	cs, ok := st.(console.Store)
-	if !ok {
-		return nil, nil
-	}
-	c, err := console.New(cs, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log})
+// consoleRoutes are the console's handlers for the api listener.
+func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
+	c, err := console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	return c.Routes(), nil
 }
 
-// operatorRoutes are the operator's console for the admin listener; none
-// when the store keeps no console records.
-func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, log *slog.Logger) (map[string]http.Handler, error) {
-	os, ok := st.(console.OperatorStore)
-	if !ok {
-		return nil, nil
-	}
-	op, err := console.NewOperator(os, console.OperatorOptions{Token: cfg.AdminToken, Catalog: rl.Catalog, NodeHealth: rl.NodeHealth, Uptime: uptime,
+// operatorRoutes are the operator's console for the admin listener.
+func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
+	op, err := console.NewOperator(st, console.OperatorOptions{Token: cfg.AdminToken, Catalog: rl.Catalog, NodeHealth: rl.NodeHealth, Uptime: uptime,
 		AuditGrace: auditGrace(cfg), APIBase: consoleBase(cfg.Listen.API), TrustedProxies: cfg.Console.Trusted, Log: log})
 	if err != nil {
 		return nil, err
@@ -40,7 +29,7 @@ func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeRe
 }
 
 // adminListenerRoutes are the admin API and the operator's console.
-func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st tollgate.Store, log *slog.Logger) (map[string]http.Handler, error) {
+func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
 	routes := map[string]http.Handler{}
 	for p, h := range adminRoutes(cfg, st, log) {
 		routes[p] = h

@@ -81,7 +81,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	h := newHarness(t, harnessOptions{models: flatModel + visionModel, credit: tollgate.Dollars(5), listen: "  admin: 127.0.0.1:0\n",
 		extraYAML: "admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n"})
 	base := "http://" + h.main.Addr("api")
-	token, _, err := tollgate.IssueInvite(t.Context(), h.main.Store.(tollgate.ConsoleStore), h.acct.ID, time.Now())
+	token, _, err := tollgate.IssueInvite(t.Context(), h.main.Store, h.acct.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,9 +333,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#audit-result.status-active`)),
 		shot("operator-service"),
 	)
-	if b, _ := h.main.Store.(interface {
-		Balance(context.Context, string) (tollgate.Balance, error)
-	}).Balance(t.Context(), h.acct.ID); b.Balance <= tollgate.MustParseAmount("7.49") || b.Balance >= tollgate.MustParseAmount("7.5") {
+	if b, _ := h.main.Store.Balance(t.Context(), h.acct.ID); b.Balance <= tollgate.MustParseAmount("7.49") || b.Balance >= tollgate.MustParseAmount("7.5") {
 		t.Errorf("balance after the operator's credit of 2.5: %s", b.Balance)
 	}
 
@@ -346,11 +344,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // keyRequests is how many requests the key was charged for.
 func keyRequests(t *testing.T, h *harness, keyID string) int64 {
 	t.Helper()
-	cs, ok := h.main.Store.(tollgate.ConsoleStore)
-	if !ok {
-		t.Fatal("the store is not a console store")
-	}
-	usage, err := cs.KeyUsage(t.Context(), h.acct.ID)
+	usage, err := h.main.Store.KeyUsage(t.Context(), h.acct.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

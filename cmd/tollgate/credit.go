@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
 	"strings"
 	"time"
 
@@ -49,15 +51,11 @@ func (c *accountsPostCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	bs, err := books(st)
-	if err != nil {
-		return err
-	}
-	e, err := billing.Post(ctx, bs, c.kind, pos[0], amount, c.note, time.Now())
+	e, err := billing.Post(ctx, st, c.kind, pos[0], amount, c.note, "the CLI as "+cliUser(), time.Now())
 	if err != nil {
 		return notFound("account", pos[0], err)
 	}
-	b, err := bs.Balance(ctx, pos[0])
+	b, err := st.Balance(ctx, pos[0])
 	if err != nil {
 		return err
 	}
@@ -70,4 +68,23 @@ func (c *accountsPostCmd) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.stdout, "%s %s USD on %s (entry %s); balance %s USD, held %s USD, free %s USD\n",
 		c.kind, amount, pos[0], e.ID, b.Balance, b.Held, b.Free)
 	return nil
+}
+
+// cliUser is who runs the CLI, user@host, for the ledger's record of who
+// posted an entry; what cannot be learnt is left out.
+func cliUser() string {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	switch {
+	case name != "" && host != "":
+		return name + "@" + host
+	case name != "":
+		return name
+	case host != "":
+		return "someone on " + host
+	}
+	return "an unknown user"
 }

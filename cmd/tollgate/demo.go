@@ -243,7 +243,7 @@ Other commands work on it with --config %s. Ctrl-C stops it.
 // ensureDemoKey returns the demo key, creating the demo account (with its
 // opening credit) and the key on the first run. The secret is kept in
 // DIR/demo-key (mode 0600) because a key is otherwise shown only once.
-func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit tollgate.Amount) (string, error) {
+func ensureDemoKey(ctx context.Context, st Store, dir string, credit tollgate.Amount) (string, error) {
 	keyFile := filepath.Join(dir, "demo-key")
 	if b, err := os.ReadFile(keyFile); err == nil {
 		secret := strings.TrimSpace(string(b))
@@ -268,8 +268,8 @@ func ensureDemoKey(ctx context.Context, st tollgate.Store, dir string, credit to
 			return "", fmt.Errorf("create demo account: %w", err)
 		}
 		// The credit goes through the ledger, like any operator's top-up.
-		if bs, err := books(st); err == nil && credit > 0 {
-			if _, err := billing.Post(ctx, bs, tollgate.LedgerCredit, acct.ID, credit, "demo credit", time.Now()); err != nil {
+		if credit > 0 {
+			if _, err := billing.Post(ctx, st, tollgate.LedgerCredit, acct.ID, credit, "demo credit", "tollgate demo", time.Now()); err != nil {
 				return "", fmt.Errorf("credit demo account: %w", err)
 			}
 		}
@@ -305,12 +305,8 @@ func ensureDemoAdminToken(dir string) (string, error) {
 
 // demoInvite issues a console invitation for the demo account and returns
 // its path.
-func demoInvite(ctx context.Context, st tollgate.Store, accountID string) (string, error) {
-	cs, ok := st.(tollgate.ConsoleStore)
-	if !ok {
-		return "", fmt.Errorf("the demo's store keeps no console invitations")
-	}
-	token, _, err := tollgate.IssueInvite(ctx, cs, accountID, time.Now())
+func demoInvite(ctx context.Context, st Store, accountID string) (string, error) {
+	token, _, err := tollgate.IssueInvite(ctx, st, accountID, time.Now())
 	if err != nil {
 		return "", fmt.Errorf("invite the demo account to the console: %w", err)
 	}

@@ -16,20 +16,11 @@ import (
 	"github.com/tollgate/tollgate/simulate"
 )
 
-// ledgerReader reads the books (sqlite.DB and postgres.DB).
-type ledgerReader interface {
-	Ledger(ctx context.Context, f tollgate.UsageFilter, fn func(tollgate.LedgerEntry) error) error
-}
-
 // charges returns the request ids of the account's charges.
-func charges(t *testing.T, st any, accountID string) []string {
+func charges(t *testing.T, st Store, accountID string) []string {
 	t.Helper()
-	lr, ok := st.(ledgerReader)
-	if !ok {
-		t.Fatalf("store %T has no ledger", st)
-	}
 	var ids []string
-	err := lr.Ledger(context.Background(), tollgate.UsageFilter{AccountID: accountID}, func(e tollgate.LedgerEntry) error {
+	err := st.Ledger(context.Background(), tollgate.UsageFilter{AccountID: accountID}, func(e tollgate.LedgerEntry) error {
 		if e.Kind == tollgate.LedgerCharge {
 			ids = append(ids, e.ID)
 		}
@@ -290,14 +281,7 @@ func TestIdempotencyFailureReleases(t *testing.T) {
 	if r := postIdem(addr, poorKey, "p", idemBody); r.status != http.StatusPaymentRequired {
 		t.Fatalf("no balance: %d %s, want 402", r.status, r.body)
 	}
-	type poster interface {
-		PostEntry(ctx context.Context, e *tollgate.LedgerEntry) error
-	}
-	ps, ok := h.main.Store.(poster)
-	if !ok {
-		t.Skip("store cannot credit accounts")
-	}
-	if err := ps.PostEntry(context.Background(), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerCredit,
+	if err := h.main.Store.PostEntry(context.Background(), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerCredit,
 		AccountID: poor.ID, Amount: tollgate.Dollars(1), Time: h.main.Server.Now()}); err != nil {
 		t.Fatal(err)
 	}

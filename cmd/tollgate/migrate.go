@@ -12,7 +12,7 @@ type migrateCmd struct {
 	stdout, stderr io.Writer
 }
 
-// migrator is what both stores offer beyond tollgate.Store.
+// migrator applies the embedded schema migrations and names the newest applied.
 type migrator interface {
 	Migrate(ctx context.Context) ([]string, error)
 	SchemaVersion(ctx context.Context) (string, error)
@@ -38,14 +38,10 @@ migrations run under an advisory lock).`, c.stderr)
 		return err
 	}
 	defer st.Close()
-	m, ok := st.(migrator)
-	if !ok {
-		return fmt.Errorf("store %s cannot migrate", describeStore(c.cfg.Store))
-	}
-	if _, err := m.Migrate(ctx); err != nil {
+	if _, err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	v, err := m.SchemaVersion(ctx)
+	v, err := st.SchemaVersion(ctx)
 	if err != nil {
 		return err
 	}

@@ -276,8 +276,7 @@ func TestBillingCrashMidStream(t *testing.T) {
 		t.Run(storeName, func(t *testing.T) {
 			sim := startFlatSim(t)
 			var st interface {
-				tollgate.Store
-				billingStore
+				Store
 				Holds(ctx context.Context, accountID string) ([]tollgate.Hold, error)
 			}
 			f := &procFleet{t: t, bin: bin}
@@ -378,7 +377,7 @@ func TestBillingCrashMidStream(t *testing.T) {
 
 // waitSettled waits until nothing is held on the account: the processes'
 // settles, committed just after their responses, are all in.
-func waitSettled(t *testing.T, st billingStore, acct string) {
+func waitSettled(t *testing.T, st Store, acct string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

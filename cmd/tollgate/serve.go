@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/auth"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
@@ -38,7 +37,7 @@ type Main struct {
 	Config *config.Config
 	Log    *slog.Logger
 
-	Store   tollgate.Store
+	Store   Store
 	Auth    *auth.Authenticator
 	Traffic *traffic.Counter
 	Share   *traffic.Share
@@ -152,10 +151,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	if err := m.openIdempotency(bgctx); err != nil {
-		m.Close(ctx)
-		return err
-	}
+	m.openIdempotency(bgctx)
 
 	m.background(func() { _ = m.Auth.Run(bgctx) })
 	m.background(func() { _ = m.Traffic.Run(bgctx) })

@@ -11,13 +11,38 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/console"
+	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/sqlite"
 )
 
+// Store is everything tollgate keeps in its database: the union of the
+// interfaces each package declares for what it reads and writes. Both
+// stores implement all of it (checked below when this compiles), so the
+// wiring hands each package the store without asking what it can do. A new
+// package's store interface is one more line here.
+type Store interface {
+	tollgate.Store
+	billing.Store
+	billing.BooksStore
+	admin.Store
+	console.Store
+	console.OperatorStore
+	idempotency.Store
+	migrator
+}
+
+var (
+	_ Store = (*sqlite.DB)(nil)
+	_ Store = (*postgres.DB)(nil)
+)
+
 // openStore opens (and migrates) the store the config names.
-func openStore(ctx context.Context, s config.Store) (tollgate.Store, error) {
+func openStore(ctx context.Context, s config.Store) (Store, error) {
 	switch s.Driver {
 	case "sqlite":
 		return sqlite.OpenSynchronous(s.Path, s.SQLiteSynchronous)
@@ -75,7 +100,7 @@ func loadConfig(path string, forStore bool) (*config.Config, error) {
 	return cfg, err
 }
 
-func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
+func (c *storeCommand) open(ctx context.Context) (Store, error) {
 	cfg, err := loadConfig(configPath(c.configPath), true)
 	if err != nil {
 		return nil, err
@@ -86,7 +111,7 @@ func (c *storeCommand) open(ctx context.Context) (tollgate.Store, error) {
 
 // openWithID parses args for one positional argument, an id (what names it
 // in the usage error), and opens the store.
-func (c *storeCommand) openWithID(ctx context.Context, fs *flag.FlagSet, args []string, what string) (tollgate.Store, string, error) {
+func (c *storeCommand) openWithID(ctx context.Context, fs *flag.FlagSet, args []string, what string) (Store, string, error) {
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return nil, "", err

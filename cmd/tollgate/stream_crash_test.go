@@ -37,10 +37,7 @@ func TestBillingSearchStreamCutByACrashIsCharged(t *testing.T) {
 	onCrashStores(t, searchStreamCutByACrash)
 }
 
-type crashStore interface {
-	tollgate.Store
-	billingStore
-}
+type crashStore = Store
 
 // crashSearchPrice is the price of one search in onCrashStores' config.
 var crashSearchPrice = tollgate.MustParseAmount("0.004")

@@ -67,11 +67,7 @@ from now (24h). Without --by and --period, one total row.`, c.stderr)
 		return err
 	}
 	defer st.Close()
-	bs, err := books(st)
-	if err != nil {
-		return err
-	}
-	rows, err := billing.Usage(ctx, bs, f, by, c.period)
+	rows, err := billing.Usage(ctx, st, f, by, c.period)
 	if tollgate.ErrorCode(err) == tollgate.CodeInvalidRequest {
 		return usageError{err.Error()} // a bad --by or --period
 	}

@@ -366,22 +366,22 @@ func testBillingLateSettle(t *testing.T, s BillingStore) {
 func testBillingCreditDebit(t *testing.T, s BillingStore) {
 	a, k := fundedKey(t, s, usd("1"), nil)
 	now := t0.Add(time.Minute)
-	e, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("2.5"), "top-up", now)
+	e, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("2.5"), "top-up", "the CLI as ops@host", now)
 	if err != nil || e.Amount != usd("2.5") || e.Seq == 0 {
 		t.Fatalf("credit: %+v, %v", e, err)
 	}
 	apply(t, s, holdOp(a, k, usd("3"), now))
 	// Free is 0.5: a debit of 0.6 would leave the hold uncovered.
-	_, err = billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.6"), "refund", now)
+	_, err = billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.6"), "refund", "", now)
 	if tollgate.ErrorCode(err) != tollgate.CodeInsufficientBalance {
 		t.Fatalf("debit beyond the free balance: %v, want insufficient_balance", err)
 	}
-	e, err = billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.5"), "refund", now)
+	e, err = billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.5"), "refund", "the admin API from 10.0.0.2", now)
 	if err != nil || e.Amount != -usd("0.5") {
 		t.Fatalf("debit: %+v, %v", e, err)
 	}
 	wantBalance(t, s, a.ID, usd("3"), usd("3"))
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, "acct_nope", 1, "", now); !errors.Is(err, tollgate.ErrNotFound) {
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, "acct_nope", 1, "", "", now); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Errorf("credit of a missing account: %v, want ErrNotFound", err)
 	}
 	r := auditClean(t, s, now)

@@ -25,6 +25,8 @@ func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"InviteEndsSessions", testConsoleInviteEndsSessions},
 		{"SavedDays", testConsoleSavedDays},
 		{"SaveDaysConcurrent", testConsoleSaveDaysConcurrent},
+		{"Secret", testConsoleSecret},
+		{"OperatorEntries", testConsoleOperatorEntries},
 	}
 	for _, tc := range tests {
 		t.Run("Console"+tc.name, func(t *testing.T) {
@@ -54,9 +56,19 @@ func testConsoleInvite(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
 	if _, err := c.AcceptInvite(ctx(t), tok, "h1", t0.Add(time.Hour)); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Errorf("accept at expiry: %v, want ErrNotFound", err)
 	}
+	if inv, err := c.Invite(ctx(t), tok); err != nil || inv.AccountID != a.ID || !inv.Created.Equal(t0.Truncate(time.Microsecond)) ||
+		!inv.Expires.Equal(t0.Add(time.Hour).Truncate(time.Microsecond)) || !inv.Used.IsZero() {
+		t.Errorf("invite before use = %+v, %v", inv, err)
+	}
 	got, err := c.AcceptInvite(ctx(t), tok, "h1", t0.Add(time.Minute))
 	if err != nil || got != a.ID {
 		t.Fatalf("accept = %q, %v; want %s", got, err, a.ID)
+	}
+	if inv, err := c.Invite(ctx(t), tok); err != nil || !inv.Used.Equal(t0.Add(time.Minute).Truncate(time.Microsecond)) {
+		t.Errorf("invite after use = %+v, %v; want used at %s", inv, err, t0.Add(time.Minute))
+	}
+	if _, err := c.Invite(ctx(t), tollgate.HashKey(tollgate.NewKeySecret())); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Errorf("an invitation never made: %v, want ErrNotFound", err)
 	}
 	if _, err := c.AcceptInvite(ctx(t), tok, "h2", t0.Add(2*time.Minute)); !errors.Is(err, tollgate.ErrNotFound) {
 		t.Errorf("second accept: %v, want ErrNotFound", err)
@@ -343,7 +355,7 @@ func testConsoleSavedDays(t *testing.T, s BillingStore, c tollgate.ConsoleStore)
 	h := holdOp(a, k2, usd("0.5"), t0.AddDate(0, 0, 2))
 	apply(t, s, h, settleOp(h, usd("1.000000000001"), t0.AddDate(0, 0, 2)))
 	// The day between has a credit only.
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", t0.AddDate(0, 0, 1)); err != nil {
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", "storetest", t0.AddDate(0, 0, 1)); err != nil {
 		t.Fatal(err)
 	}
 	since, until := day.AddDate(0, 0, -1), day.AddDate(0, 0, 3)
@@ -534,5 +546,89 @@ func testConsoleSaveDaysConcurrent(t *testing.T, s BillingStore, c tollgate.Cons
 	case err := <-readErr:
 		t.Fatalf("a reader during the saves: %v", err)
 	default:
+	}
+}
+
+// The console's secret is made once: callers racing to store theirs all
+// get the same one, and it stays.
+func testConsoleSecret(t *testing.T, _ BillingStore, c tollgate.ConsoleStore) {
+	const n = 6
+	got := make([][]byte, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { got[i], errs[i] = c.ConsoleSecret(ctx(t), []byte{byte(i + 1), 42, 42, 42}) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("secret %d: %v", i, errs[i])
+		}
+		if len(got[i]) != 4 || got[i][0] == 0 || string(got[i]) != string(got[0]) {
+			t.Fatalf("racing callers got different secrets: %v", got)
+		}
+	}
+	if again, err := c.ConsoleSecret(ctx(t), []byte("another")); err != nil || string(again) != string(got[0]) {
+		t.Errorf("secret later = %q, %v; want the first one %q", again, err, got[0])
+	}
+}
+
+// OperatorEntries lists the opening, credits and debits, newest first, with
+// their notes and who made them, and never a charge.
+func testConsoleOperatorEntries(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	other, _ := fundedKey(t, s, usd("1"), nil)
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("2"), "invoice 7", "the CLI as ops@host", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	h := holdOp(a, k, usd("0.1"), t0.Add(2*time.Minute))
+	apply(t, s, h)
+	apply(t, s, settleOp(h, usd("0.05"), t0.Add(2*time.Minute)))
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.5"), "goodwill back", "the operator console from 192.0.2.1", t0.Add(3*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, other.ID, usd("9"), "not alice's", "x", t0.Add(4*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.OperatorEntries(ctx(t), a.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		kind        tollgate.LedgerKind
+		amount      tollgate.Amount
+		note, actor string
+	}
+	var rows []row
+	for _, e := range got {
+		rows = append(rows, row{e.Kind, e.Amount, e.Note, e.Actor})
+	}
+	want := []row{
+		{tollgate.LedgerDebit, -usd("0.5"), "goodwill back", "the operator console from 192.0.2.1"},
+		{tollgate.LedgerCredit, usd("2"), "invoice 7", "the CLI as ops@host"},
+	}
+	if len(rows) < 2 || fmt.Sprint(rows[:2]) != fmt.Sprint(want) {
+		t.Fatalf("operator entries = %+v, want %+v first", rows, want)
+	}
+	for _, r := range rows[2:] {
+		if r.kind == tollgate.LedgerCharge || r.note == "not alice's" {
+			t.Errorf("operator entries hold %+v", r)
+		}
+	}
+	if one, err := c.OperatorEntries(ctx(t), a.ID, 1); err != nil || len(one) != 1 || one[0].Kind != tollgate.LedgerDebit {
+		t.Errorf("limit 1 = %+v, %v; want the debit alone", one, err)
+	}
+	// The actor is kept in the ledger, not only returned.
+	var actors []string
+	if err := s.Ledger(ctx(t), tollgate.UsageFilter{AccountID: a.ID}, func(e tollgate.LedgerEntry) error {
+		if e.Kind != tollgate.LedgerOpening {
+			actors = append(actors, string(e.Kind)+":"+e.Actor)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if w := "[credit:the CLI as ops@host charge: debit:the operator console from 192.0.2.1]"; fmt.Sprint(actors) != w {
+		t.Errorf("the ledger's actors = %v, want %s", actors, w)
 	}
 }
