@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -362,4 +363,37 @@ func TestSubscriberThatStopsHearingIsNotTrusted(t *testing.T) {
 	// An event brings it back.
 	pub.Send(Event{Kind: BlockRemoved, Hashes: []uint64{1}})
 	waitFor(t, "the event", func() bool { _, live := s.Match(nil, t0+int64(2*time.Second)); return live })
+}
+
+// Events keyed by token ids tollgate cannot compute (a real model's) never
+// match a prompt: after Unmatched requests, the node is not trusted.
+func TestSubscriberWhoseEventsNeverMatchIsNotTrusted(t *testing.T) {
+	pub := startPublisher(t)
+	s := Subscribe(Options{Endpoint: pub.PubAddr(), Stale: time.Hour})
+	defer s.Close()
+	sendUntilHeard(t, pub, s, bytes.Repeat([]byte("j"), 64), 7000)
+	keys := PromptKeys(nil, nil, prompt)
+	now := time.Now().UnixNano()
+	for i := 0; i < Unmatched-1; i++ {
+		s.Sent(now)
+		if _, live := s.Match(keys, now); !live {
+			t.Fatalf("untrusted after %d requests", i+1)
+		}
+	}
+	s.Sent(now)
+	if _, live := s.Match(keys, now); live {
+		t.Fatalf("trusted after %d requests without a match", Unmatched)
+	}
+	// One that matched once stays trusted.
+	s2 := Subscribe(Options{Endpoint: pub.PubAddr(), Stale: time.Hour})
+	defer s2.Close()
+	sendUntilHeard(t, pub, s2, bytes.Repeat([]byte("i"), 64), 9000)
+	pub.Send(storedFor(prompt, 0, 1))
+	waitFor(t, "a match", func() bool { b, _ := s2.Match(keys, now); return b > 0 })
+	for i := 0; i < 2*Unmatched; i++ {
+		s2.Sent(now)
+	}
+	if _, live := s2.Match(PromptKeys(nil, nil, []byte(strings.Repeat("z", 640))), now); !live {
+		t.Fatal("a node whose events matched once is not trusted")
+	}
 }
