@@ -39,6 +39,9 @@ import (
 // takes the request, as after a node was added, or a turn overflowed to
 // another node; else the home. Instances agree on where a conversation
 // went (they chose alike), so their evidence agrees too, if shallower.
+// When every node is heard through its events, the evidence is the same
+// on every instance: the node holding most of the conversation takes the
+// request, and one that no node holds goes to the least loaded.
 
 // prefixRoute is one request's prefix routing state, on the caller's stack.
 type prefixRoute struct {
@@ -79,6 +82,7 @@ type prefixCand struct {
 	load  int64
 	rank  uint64 // rendezvous score for the conversation
 	held  int    // bytes of the messages beyond the opening the node holds (0: none)
+	heard bool   // held is the node's own word (its KV-cache events)
 	local int    // blocks of hashes this instance's index holds on it
 }
 
@@ -108,6 +112,10 @@ type PrefixStats struct {
 	// memory (an estimate, 48 bytes a block).
 	IndexBlocks int64
 	IndexBytes  int64
+	// EventBlocks and EventBytes: the same for the nodes' KV-cache events
+	// (kv_events), and EventsLive how many of those nodes are trusted now.
+	EventBlocks, EventBytes int64
+	EventsLive, EventNodes  int
 }
 
 // PrefixStats returns the counters of prefix routing and the index sizes.
@@ -119,6 +127,15 @@ func (r *Relay) PrefixStats() PrefixStats {
 		b, bytes := n.prefix.size()
 		s.IndexBlocks += int64(b)
 		s.IndexBytes += bytes
+		if n.kv != nil {
+			st := n.kv.Stats()
+			s.EventBlocks += int64(st.Blocks)
+			s.EventBytes += st.Bytes
+			s.EventNodes++
+			if _, live := n.kv.Match(nil, r.now().UnixNano()); live {
+				s.EventsLive++
+			}
+		}
 	}
 	return s
 }
@@ -248,6 +265,7 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 		// The node's own word, when it is heard: blocks of tools then messages.
 		if blocks, live := n.kv.Match(pr.keys, pr.now); live {
 			held = blocks*kvevents.BlockBytes - pr.tools
+			c.heard = true
 		}
 	}
 	if held > pr.opening {
@@ -261,6 +279,12 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 // when it holds some of the conversation, else the node holding the most
 // of it, else the home; else the least loaded (least, of backend leastB,
 // with leastLoad in flight).
+//
+// When every node within the margin is heard (its KV-cache events), what
+// they hold is the same on every instance, so agreement needs no home:
+// the node holding the most of the conversation, else (none holds it: a
+// first turn, or evicted everywhere) the least loaded, whose events the
+// next turn will find.
 func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*Backend, *Node) {
 	if pr == nil || least == nil {
 		return leastB, least
@@ -269,24 +293,35 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 		return pr.firstB, pr.first
 	}
 	pr.fellBack, pr.known, pr.matched = false, false, 0
-	var home, most *prefixCand
+	var home, most, idlest *prefixCand
+	heard := true
 	for i := range pr.cands {
 		c := &pr.cands[i]
 		if c.load > leastLoad+c.b.PrefixMargin {
-			if c.held > 0 && (most == nil || c.held > most.held) {
+			if c.held > 0 {
 				pr.fellBack = true
 			}
 			continue
 		}
+		heard = heard && c.heard
 		if home == nil || c.rank > home.rank {
 			home = c
+		}
+		if idlest == nil || c.load < idlest.load || (c.load == idlest.load && c.rank > idlest.rank) {
+			idlest = c
 		}
 		if c.held > 0 && (most == nil || c.held > most.held || (c.held == most.held && c.rank > most.rank)) {
 			most = c
 		}
 	}
 	pick := home
-	if pick != nil && pick.held == 0 && most != nil {
+	switch {
+	case pick == nil:
+	case heard && most != nil:
+		pick = most
+	case heard:
+		pick = idlest
+	case pick.held == 0 && most != nil:
 		pick = most
 	}
 	if pick == nil {

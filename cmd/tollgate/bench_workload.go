@@ -42,8 +42,9 @@ type workloadOpts struct {
 	// instances: with more than 1, each policy runs on one tollgate and
 	// then on this many, sharing one store, the clients' requests spread
 	// over them in turn (a round-robin load balancer).
-	instances int
-	store     string // sqlite (a file shared by the instances) or postgres (TOLLGATE_TEST_POSTGRES)
+	instances      int
+	instanceMargin int64  // prefix_margin of the runs on more than one instance
+	store          string // sqlite (a file shared by the instances) or postgres (TOLLGATE_TEST_POSTGRES)
 	// disrupt happens halfway through each run: "restart" empties node 0's
 	// cache (its server restarted), "add" adds the last node (absent until
 	// then), "remove" removes it.
@@ -145,6 +146,10 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 		}
 		fmt.Fprintf(c.stdout, "%s, %s, %d instance(s): %d routed by prefix: %d hits, %d fallbacks to load, %d misses; the index matched %.1f%% of blocks; indexes %d blocks, %d KB\n",
 			r.mix, r.policy, r.instances, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
+		if p.EventNodes > 0 {
+			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; their indexes %d blocks, %d KB\n",
+				p.EventsLive, p.EventNodes, p.EventBlocks, p.EventBytes/1024)
+		}
 	}
 	if o.window > 0 {
 		fmt.Fprintf(c.stdout, "\ncached share per %s window", o.window)
@@ -261,9 +266,12 @@ func startGPUFleet(ctx context.Context, o workloadOpts, policy string, k int) (g
 func (g *gpuGateway) writeConfig(n int) (string, error) {
 	o := g.o
 	// Each instance counts only its own requests in flight: an operator
-	// running k instances gives each 1/k of a node's slots
-	// (docs/config.md#routing), and keeps prefix_margin.
+	// running k instances gives each 1/k of a node's slots, and a margin
+	// of its own (docs/config.md#routing).
 	slots, margin := ceilDiv(int64(o.slots), int64(g.k)), o.margin
+	if g.k > 1 {
+		margin = o.instanceMargin
+	}
 	var nodes strings.Builder
 	for i, s := range g.sims[:n] {
 		kv := ""
@@ -465,6 +473,10 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int)
 		res.prefix.MatchedBlocks += p.MatchedBlocks
 		res.prefix.IndexBlocks += p.IndexBlocks
 		res.prefix.IndexBytes += p.IndexBytes
+		res.prefix.EventBlocks += p.EventBlocks
+		res.prefix.EventBytes += p.EventBytes
+		res.prefix.EventsLive += p.EventsLive
+		res.prefix.EventNodes += p.EventNodes
 	}
 	return res, nil
 }
