@@ -71,8 +71,17 @@ func (g *gpu) publish(req *chatRequest, hashes []uint64, stored []bool, removed 
 		events = append(events, e)
 		i = j
 	}
-	if len(removed) > 0 {
-		events = append(events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: removed})
+	// A block evicted while the prompt's deeper blocks were inserted may
+	// have been inserted again (it is the prompt's own): only the blocks
+	// absent now are removed, after the stores.
+	gone := removed[:0]
+	for _, h := range removed {
+		if _, ok := g.blocks[h]; !ok {
+			gone = append(gone, h)
+		}
+	}
+	if len(gone) > 0 {
+		events = append(events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: gone})
 	}
 	if len(events) > 0 {
 		g.events.Send(events...)

@@ -63,6 +63,22 @@ func TestGPUPublishesKVEvents(t *testing.T) {
 	waitHeld(c, func(b int) bool { return b > 0 }, "c stored")
 	s.ClearCache()
 	waitHeld(c, func(b int) bool { return b == 0 }, "the cache cleared")
+	// The events' index holds exactly what the cache holds, also when a
+	// prompt's insertion evicts its own shallow blocks and stores them
+	// again: p's 39 blocks, q's 20 push out p's deepest 9, then p2 (p and
+	// 6 blocks more) finds p's first 30 at the back of the LRU list and
+	// evicts 15 of them to store its deeper blocks, then stores them again.
+	user := func(c string) string { return `[{"role":"user","content":"` + c + `"}]` }
+	for _, m := range []string{user(strings.Repeat("p", 2500)), user(strings.Repeat("q", 1250)), user(strings.Repeat("p", 2500) + strings.Repeat("r", 400))} {
+		askGPU(t, ts.URL, m)
+	}
+	want := s.CacheStats().Blocks
+	for end := time.Now().Add(5 * time.Second); sub.Stats().Blocks != want && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := sub.Stats().Blocks; got != want {
+		t.Fatalf("the events' index holds %d blocks, the cache %d", got, want)
+	}
 	if _, err := (&Server{}).PublishKVEvents("tcp://127.0.0.1:0", ""); err == nil {
 		t.Fatal("events published without a cache")
 	}
