@@ -39,9 +39,8 @@ import (
 // takes the request, as after a node was added, or a turn overflowed to
 // another node; else the home. Instances agree on where a conversation
 // went (they chose alike), so their evidence agrees too, if shallower.
-// When every node is heard through its events, the evidence is the same
-// on every instance: the node holding most of the conversation takes the
-// request, and one that no node holds goes to the least loaded.
+// A node that publishes its KV-cache events is judged by them: what it
+// holds is then the same on every instance, evictions included.
 
 // prefixRoute is one request's prefix routing state, on the caller's stack.
 type prefixRoute struct {
@@ -82,7 +81,6 @@ type prefixCand struct {
 	load  int64
 	rank  uint64 // rendezvous score for the conversation
 	held  int    // bytes of the messages beyond the opening the node holds (0: none)
-	heard bool   // held is the node's own word (its KV-cache events)
 	local int    // blocks of hashes this instance's index holds on it
 }
 
@@ -265,7 +263,6 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 		// The node's own word, when it is heard: blocks of tools then messages.
 		if blocks, live := n.kv.Match(pr.keys, pr.now); live {
 			held = blocks*kvevents.BlockBytes - pr.tools
-			c.heard = true
 		}
 	}
 	if held > pr.opening {
@@ -279,12 +276,7 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 // when it holds some of the conversation, else the node holding the most
 // of it, else the home; else the least loaded (least, of backend leastB,
 // with leastLoad in flight).
-//
-// When every node within the margin is heard (its KV-cache events), what
-// they hold is the same on every instance, so agreement needs no home:
-// the node holding the most of the conversation, else (none holds it: a
-// first turn, or evicted everywhere) the least loaded, whose events the
-// next turn will find.
+
 func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*Backend, *Node) {
 	if pr == nil || least == nil {
 		return leastB, least
@@ -293,8 +285,7 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 		return pr.firstB, pr.first
 	}
 	pr.fellBack, pr.known, pr.matched = false, false, 0
-	var home, most, idlest *prefixCand
-	heard := true
+	var home, most *prefixCand
 	for i := range pr.cands {
 		c := &pr.cands[i]
 		if c.load > leastLoad+c.b.PrefixMargin {
@@ -303,25 +294,15 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 			}
 			continue
 		}
-		heard = heard && c.heard
 		if home == nil || c.rank > home.rank {
 			home = c
-		}
-		if idlest == nil || c.load < idlest.load || (c.load == idlest.load && c.rank > idlest.rank) {
-			idlest = c
 		}
 		if c.held > 0 && (most == nil || c.held > most.held || (c.held == most.held && c.rank > most.rank)) {
 			most = c
 		}
 	}
 	pick := home
-	switch {
-	case pick == nil:
-	case heard && most != nil:
-		pick = most
-	case heard:
-		pick = idlest
-	case pick.held == 0 && most != nil:
+	if pick != nil && pick.held == 0 && most != nil {
 		pick = most
 	}
 	if pick == nil {
