@@ -6,7 +6,7 @@ import (
 )
 
 // HoldRequest asks to reserve balance for one request before its backend is
-// called (CONTRACT.md "Money"): an upper bound of its cost at the rates of
+// called (docs/billing.md): an upper bound of its cost at the rates of
 // the backend chosen to serve it.
 type HoldRequest struct {
 	RequestID string

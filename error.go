@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Code is a stable, documented error code (CONTRACT.md). Clients branch on it.
+// Code is a stable, documented error code (docs/api.md). Clients branch on it.
 // The list is closed: every code the service can return is declared here and
 // documented in docs/api.md. The http package maps each to its status.
 type Code string

@@ -2,8 +2,8 @@ package tollgate
 
 import "time"
 
-// Idempotency-Key (CONTRACT.md "Idempotency"): the types the stores and the
-// idempotency package share. docs/idempotency.md describes the behaviour.
+// Idempotency-Key (docs/idempotency.md): the types the stores and the
+// idempotency package share.
 
 // IdempotencyState is what BeginIdempotency found for a key.
 type IdempotencyState uint8

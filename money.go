@@ -12,8 +12,8 @@ import (
 
 // Money is exact integer arithmetic; no float64 ever touches an amount.
 //
-// Amount counts picodollars: 1 Amount = 1e-12 USD, the 12 decimals CONTRACT.md
-// asks costs to keep. An int64 holds ±9,223,372.036854775807 USD, far above
+// Amount counts picodollars: 1 Amount = 1e-12 USD, the 12 decimals a cost
+// keeps (docs/api.md, usage.cost). An int64 holds ±9,223,372.036854775807 USD, far above
 // any prepaid balance; every operation that could overflow is checked and
 // returns ErrMoneyOverflow instead of wrapping.
 //
@@ -238,7 +238,7 @@ func SearchFee(searches int64, price Amount) (Amount, error) {
 
 // BlendRates returns network*share + fallback*(1-share) where share =
 // networkServed/allServed, rounded half-even to 6 decimals (the Rate's own
-// scale). With allServed == 0 the share is 1 (CONTRACT.md).
+// scale). With allServed == 0 the share is 1 (docs/api.md, /pricing).
 func BlendRates(network, fallback Rate, networkServed, allServed int64) Rate {
 	if allServed <= 0 {
 		return network

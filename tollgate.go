@@ -101,7 +101,7 @@ func (s Capabilities) Strings() []string {
 }
 
 // BackendClass is the class of a backend: the GPU network or the upstream
-// fallback provider. SPEC.md names them `network` and `fallback`.
+// fallback provider, named `network` and `fallback` in /pricing.
 type BackendClass string
 
 const (
@@ -109,8 +109,8 @@ const (
 	ClassFallback BackendClass = "fallback"
 )
 
-// ModelKind is the role of a model in the catalogue (SPEC.md: one coder, one
-// general chat model, one cheap model).
+// ModelKind is the role of a model in the catalogue (docs/api.md: a coder,
+// a general chat model, a cheap model).
 type ModelKind string
 
 const (

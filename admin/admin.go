@@ -18,17 +18,16 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/server"
 )
 
-// Store is what the admin API reads and writes.
+// Store is what the admin API reads and writes: the operator's operations'
+// store and the books (usage, audit).
 type Store interface {
+	operator.Store
 	billing.BooksStore
-	tollgate.AccountStore
-	CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash) error
-	Keys(ctx context.Context, accountID string) ([]tollgate.Key, error)
-	RevokeKey(ctx context.Context, id string, at time.Time) error
-	CreateInvite(ctx context.Context, h tollgate.KeyHash, inv tollgate.ConsoleInvite) error
+	Accounts(ctx context.Context) ([]tollgate.Account, error)
 }
 
 // Options configure the API.
@@ -120,25 +119,17 @@ func (a *API) authorized(header string) bool {
 	return subtle.ConstantTimeCompare(h[:], a.token[:]) == 1
 }
 
-// AccountView is an account with its money.
-type AccountView struct {
-	tollgate.Account
-	Held tollgate.Amount `json:"held"`
-	Free tollgate.Amount `json:"free"`
-}
-
 func (a *API) showAccount(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	acct, err := a.st.Account(r.Context(), id)
 	if err != nil {
 		return notFound("account", id, err)
 	}
-	b, err := a.st.Balance(r.Context(), id)
+	v, err := operator.View(r.Context(), a.st, acct)
 	if err != nil {
 		return notFound("account", id, err)
 	}
-	acct.Balance = b.Balance
-	return writeJSON(w, http.StatusOK, AccountView{Account: acct, Held: b.Held, Free: b.Free})
+	return writeJSON(w, http.StatusOK, v)
 }
 
 // PostRequest is the body of a credit or a debit.
@@ -157,25 +148,18 @@ func (a *API) post(kind tollgate.LedgerKind) func(http.ResponseWriter, *http.Req
 				`want {"amount": "12.50", "note": "..."} with the amount a decimal string of USD: %v`, err)
 		}
 		id := r.PathValue("id")
-		e, err := billing.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, "the admin API from "+clientHost(r), a.opts.Now())
+		p, err := operator.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, "the admin API from "+clientHost(r), a.opts.Now())
 		if err != nil {
 			return notFound("account", id, err)
 		}
-		a.opts.Log.Info("ledger entry posted", "kind", kind, "account", id, "amount", e.Amount.String(), "entry", e.ID)
-		b, err := a.st.Balance(r.Context(), id)
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusOK, struct {
-			Entry   tollgate.LedgerEntry `json:"entry"`
-			Balance tollgate.Balance     `json:"balance"`
-		}{e, b})
+		a.opts.Log.Info("ledger entry posted", "kind", kind, "account", id, "amount", p.Entry.Amount.String(), "entry", p.Entry.ID)
+		return writeJSON(w, http.StatusOK, p)
 	}
 }
 
 func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f, err := ParseFilter(q.Get("account"), q.Get("key"), q.Get("model"), q.Get("backend"), q.Get("since"), q.Get("until"), a.opts.Now())
+	f, err := operator.ParseFilter(q.Get("account"), q.Get("key"), q.Get("model"), q.Get("backend"), q.Get("since"), q.Get("until"), a.opts.Now())
 	if err != nil {
 		return err
 	}
@@ -200,38 +184,6 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) error {
 	}
 	rep.Details = nil
 	return writeJSON(w, http.StatusOK, rep)
-}
-
-// ParseFilter reads a usage filter; since and until are RFC 3339 times,
-// dates (YYYY-MM-DD, UTC) or durations back from now ("24h").
-func ParseFilter(account, key, model, backend, since, until string, now time.Time) (tollgate.UsageFilter, error) {
-	f := tollgate.UsageFilter{AccountID: account, KeyID: key, Model: model, Class: tollgate.BackendClass(backend)}
-	if backend != "" && f.Class != tollgate.ClassNetwork && f.Class != tollgate.ClassFallback {
-		return f, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "backend", "backend %q: want network or fallback", backend)
-	}
-	var err error
-	if f.Since, err = parseWhen(since, now); err != nil {
-		return f, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "since", "since: %v", err)
-	}
-	if f.Until, err = parseWhen(until, now); err != nil {
-		return f, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "until", "until: %v", err)
-	}
-	return f, nil
-}
-
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return now.Add(-d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, errors.New("want a time (2026-01-31T00:00:00Z), a date (2026-01-31) or a duration back from now (24h)")
 }
 
 func notFound(what, id string, err error) error {

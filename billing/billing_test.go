@@ -455,54 +455,6 @@ func TestBatchOfOneStillLingers(t *testing.T) {
 	}
 }
 
-// TestBatchWaitCountsFromTheOldestOperation: a batch waits for company
-// until BatchWait after its oldest operation was queued, not after the
-// worker took it. Writes take 600 ms and the wait is 800 ms (a pause of
-// 100 ms in arrivals ends it); settles come every 80 ms for 1,680 ms. The
-// first, A, is written alone (0-600 ms); B, queued at 80 ms during that
-// write, is in a batch whose wait ends at 880 ms, so B is answered near
-// 1,480 ms. Counted from when the worker took it (600 ms), the wait would
-// end at 1,400 ms and B would be answered after 2,000 ms. (The times are
-// long so that a loaded machine's scheduling delays, hundreds of
-// milliseconds under -race beside other test binaries, cannot pass for
-// the difference.)
-func TestBatchWaitCountsFromTheOldestOperation(t *testing.T) {
-	db, a, k := storeWithAccount(t)
-	b := billing.New(slowStore{db: db, d: 600 * time.Millisecond}, billing.Options{NoReserve: true, BatchWait: 800 * time.Millisecond})
-	defer b.Close()
-	ids := make([]string, 22) // in flight until 1,680 ms: the batch never stops for want of company
-	for i := range ids {
-		var err error
-		if ids[i], err = hold(t, b, a, k, tollgate.MustParseAmount("0.1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start := time.Now()
-	var answeredB time.Duration
-	var wg sync.WaitGroup
-	for i := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 80 * time.Millisecond)
-			if _, err := b.Settle(context.Background(), ids[i], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
-				t.Error(err)
-			}
-			if i == 1 {
-				answeredB = time.Since(start)
-			}
-		}()
-	}
-	wg.Wait()
-	t.Logf("B answered after %v", answeredB)
-	if answeredB >= 1800*time.Millisecond {
-		t.Errorf("B was answered after %v: its batch waited from when the worker took it (about 2,000 ms), not from B's arrival (about 1,480 ms)", answeredB)
-	}
-	if answeredB < 800*time.Millisecond {
-		t.Errorf("B was answered after %v: its batch did not wait for company at all", answeredB)
-	}
-}
-
 // TestAsyncSettlesShareBatches: settles that nobody waits for (AsyncSettle)
 // wait for company like any batch while requests are in flight, instead of
 // each being written at once (with them, async settles measured at half the

@@ -29,21 +29,6 @@ type BooksStore interface {
 	LastAudit(ctx context.Context) (tollgate.AuditRun, error)
 }
 
-// Post records an operator's credit (kind credit) or debit (kind debit) of
-// amount (> 0) with a note and who made it (tollgate.LedgerEntry.Actor),
-// and returns the ledger entry.
-func Post(ctx context.Context, st BooksStore, kind tollgate.LedgerKind, accountID string, amount tollgate.Amount, note, actor string, now time.Time) (tollgate.LedgerEntry, error) {
-	if amount <= 0 {
-		return tollgate.LedgerEntry{}, tollgate.Errorf(tollgate.CodeInvalidRequest, "the amount must be positive, got %s", amount)
-	}
-	e := tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: kind, AccountID: accountID, Amount: amount, Note: note, Actor: actor,
-		Time: now.UTC().Truncate(time.Microsecond)}
-	if err := st.PostEntry(ctx, &e); err != nil {
-		return e, err
-	}
-	return e, nil
-}
-
 // UsageRow is one group of a usage report.
 type UsageRow struct {
 	Account          string          `json:"account,omitzero"`

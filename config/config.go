@@ -99,7 +99,7 @@ type Store struct {
 	URL  string `yaml:"-"`
 }
 
-// Timeouts bound requests (SPEC.md: 5 minutes non-streamed; streams longer).
+// Timeouts bound requests (docs/api.md: 5 minutes non-streamed; streams longer).
 type Timeouts struct {
 	NonStream   Duration `yaml:"non_stream"`   // default 5m
 	StreamTotal Duration `yaml:"stream_total"` // default 30m

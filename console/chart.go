@@ -1,6 +1,7 @@
 package console
 
 import (
+	"html/template"
 	"slices"
 	"time"
 
@@ -49,8 +50,8 @@ type chartDay struct {
 	Label  string // the axis label, every 7th day
 	Anchor string // the label's text-anchor: the last day's ends at the edge
 	X      int
-	Values []string // each model's figure, in Models' order
-	Total  string
+	Values []template.HTML // each model's figure, in Models' order
+	Total  template.HTML
 }
 
 // chartAcc sums the charged days into the two charts' figures.
@@ -96,14 +97,27 @@ func scaled(v, max int64, h int) int {
 func (a *chartAcc) charts() (spend, tokens chart) {
 	slices.Sort(a.models)
 	spend = a.render("spend", "Spend per day by model", "USD", func(d int, m string) int64 { return int64(a.spend[d][m]) },
-		func(v int64) string { return usd(tollgate.Amount(v)) })
+		func(v int64) string { return rounded(tollgate.Amount(v)) }, func(v int64) string { return fixed12(tollgate.Amount(v)) })
 	tokens = a.render("tokens", "Tokens per day by model", "tokens", func(d int, m string) int64 { return a.tokens[d][m] },
-		groupDigits)
+		groupDigits, nil)
 	return spend, tokens
 }
 
-// render draws one chart from value(day, model), written by format.
-func (a *chartAcc) render(id, title, unit string, value func(day int, model string) int64, format func(int64) string) chart {
+// render draws one chart from value(day, model), written by format, and
+// by exact too where format rounds (amounts).
+func (a *chartAcc) render(id, title, unit string, value func(day int, model string) int64, format, exact func(int64) string) chart {
+	cell := func(v int64) template.HTML {
+		if exact != nil {
+			return money(tollgate.Amount(v))
+		}
+		return template.HTML(template.HTMLEscapeString(format(v)))
+	}
+	hover := func(v int64) string {
+		if exact != nil {
+			return format(v) + " " + unit + " (exactly " + exact(v) + ")"
+		}
+		return format(v) + " " + unit
+	}
 	c := chart{ID: id, Title: title, Unit: unit, Width: chartW, Height: chartH, ViewHeight: chartH + 36, Models: a.models}
 	var totals [chartDays]int64
 	var top int64
@@ -121,7 +135,7 @@ func (a *chartAcc) render(id, title, unit string, value func(day int, model stri
 	}
 	for d := range chartDays {
 		date := a.first.AddDate(0, 0, d)
-		day := chartDay{Date: date.Format(time.DateOnly), X: chartLeft + d*slot + slot/2, Total: format(totals[d])}
+		day := chartDay{Date: date.Format(time.DateOnly), X: chartLeft + d*slot + slot/2, Total: cell(totals[d])}
 		if (chartDays-1-d)%7 == 0 {
 			day.Label, day.Anchor = date.Format("Jan 2"), "middle"
 			if d == chartDays-1 {
@@ -131,7 +145,7 @@ func (a *chartAcc) render(id, title, unit string, value func(day int, model stri
 		y := chartH
 		for i, m := range a.models {
 			v := value(d, m)
-			day.Values = append(day.Values, format(v))
+			day.Values = append(day.Values, cell(v))
 			h := scaled(v, top, chartH)
 			if v > 0 && h == 0 {
 				h = 1 // a figure too small for the scale still shows
@@ -141,7 +155,7 @@ func (a *chartAcc) render(id, title, unit string, value func(day int, model stri
 			}
 			y -= h
 			c.Bars = append(c.Bars, chartBar{X: chartLeft + d*slot + barGap/2, Y: y, W: slot - barGap, H: h, Color: i % chartColors,
-				Title: day.Date + " · " + m + " · " + format(v) + " " + unit})
+				Title: day.Date + " · " + m + " · " + hover(v)})
 		}
 		c.Days = append(c.Days, day)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -31,10 +32,7 @@ import (
 type Store interface {
 	tollgate.ConsoleStore
 	billing.BooksStore
-	Account(ctx context.Context, id string) (tollgate.Account, error)
-	CreateKey(ctx context.Context, k tollgate.Key, h tollgate.KeyHash) error
-	Keys(ctx context.Context, accountID string) ([]tollgate.Key, error)
-	RevokeKey(ctx context.Context, id string, at time.Time) error
+	operator.Keys
 }
 
 // UptimeReader returns the requests served over the last 7 days, by the
@@ -145,6 +143,7 @@ func New(st Store, o Options) (*Console, error) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		fileServer.ServeHTTP(w, r)
 	}))
+	c.mux.HandleFunc("GET /favicon.ico", favicon)
 	c.mux.HandleFunc("GET /console/signin", c.page(c.signinForm))
 	c.mux.HandleFunc("POST /console/signin", c.page(c.signin))
 	c.mux.HandleFunc("POST /console/signout", c.page(c.signout))
@@ -164,8 +163,24 @@ func New(st Store, o Options) (*Console, error) {
 	return c, nil
 }
 
-// Routes is the map the api listener mounts.
-func (c *Console) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: c} }
+// Routes is the map the api listener mounts: the console, and the icon
+// browsers ask every site for.
+func (c *Console) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Prefix: c, "/favicon.ico": c}
+}
+
+// favicon serves the console's icon at /favicon.ico, where a browser looks
+// for it whatever page it shows.
+func favicon(w http.ResponseWriter, r *http.Request) {
+	b, err := staticFS.ReadFile("static/favicon.ico")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "image/x-icon")
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	_, _ = w.Write(b)
+}
 
 // ServeHTTP sets the headers every console answer carries, then routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -24,43 +24,34 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/syncbuf"
+	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/sqlite"
 )
 
-const testYAML = `
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: t.db}
-models:
-  - id: tg-chat
-    kind: chat
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        capabilities: [tools, image_input]
-        rates: {input: "0.12", output: "0.40"}
-        nodes: [{url: "http://127.0.0.1:1/v1"}]
-      - class: fallback
-        upstream_model: up2
-        url: "http://127.0.0.1:1/v1"
-        flavour: openai
-        rates: {input: "2.20", output: "8.80"}
-  - id: tg-mini
-    kind: cheap
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up3
-        rates: {input: "0.02", output: "0.04"}
-        nodes: [{url: "http://127.0.0.1:2/v1"}]
-`
+// testCatalog is two models: tg-chat on a network node and a fallback,
+// tg-mini on another node.
+var testCatalog = relay.CatalogSpec{Models: []relay.ModelSpec{
+	{ID: "tg-chat", Kind: tollgate.KindChat, ContextLength: 1000, MaxOutputTokens: 100, Backends: []relay.BackendSpec{
+		{Class: tollgate.ClassNetwork, UpstreamModel: "up", Caps: tollgate.NewCapabilities(tollgate.CapTools, tollgate.CapImageInput),
+			Prices: prices("0.12", "0.40"), Routing: relay.RoutingPrefixCache, PrefixMargin: 6,
+			Nodes: []relay.NodeSpec{{Name: "node-1", URL: "http://127.0.0.1:1/v1", Flavour: openai.VLLM}}},
+		{Class: tollgate.ClassFallback, UpstreamModel: "up2", Prices: prices("2.20", "8.80"),
+			Nodes: []relay.NodeSpec{{Name: "fallback", URL: "http://127.0.0.1:1/v1", Flavour: openai.OpenAI}}},
+	}},
+	{ID: "tg-mini", Kind: tollgate.KindCheap, ContextLength: 1000, MaxOutputTokens: 100, Backends: []relay.BackendSpec{
+		{Class: tollgate.ClassNetwork, UpstreamModel: "up3", Prices: prices("0.02", "0.04"), Routing: relay.RoutingPrefixCache, PrefixMargin: 6,
+			Nodes: []relay.NodeSpec{{Name: "node-2", URL: "http://127.0.0.1:2/v1", Flavour: openai.VLLM}}},
+	}},
+}}
+
+func prices(input, output string) tollgate.Prices {
+	return tollgate.Prices{Input: tollgate.MustParseRate(input), Output: tollgate.MustParseRate(output)}
+}
 
 // cheap keeps the tests fast; the real parameters are DefaultPasswordParams.
 var cheap = PasswordParams{Memory: 64, Time: 1, Threads: 1}
@@ -109,11 +100,7 @@ func newEnv(t testing.TB, o Options) *env {
 
 // newEnvStore is newEnv on st, which the caller closes.
 func newEnvStore(t testing.TB, o Options, st testStore) *env {
-	cfg, err := config.Parse([]byte(testYAML), t.TempDir(), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := relay.NewCatalog(cfg, nil)
+	cat := relay.NewCatalog(testCatalog, nil)
 	clk := &clock{t: time.Date(2026, 3, 20, 15, 0, 0, 0, time.UTC)}
 	o.Catalog = func() *relay.Catalog { return cat }
 	o.Uptime = uptime{3, 4}
@@ -155,7 +142,7 @@ func (e *env) newAccount(t testing.TB, name, credit string) (tollgate.Account, t
 	if err := e.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
+	if _, err := operator.Post(ctx, e.st, tollgate.LedgerCredit, a.ID, tollgate.MustParseAmount(credit), "", "", a.Created); err != nil {
 		t.Fatal(err)
 	}
 	secret := tollgate.NewKeySecret()
@@ -358,7 +345,7 @@ func TestSignInInviteAndSignOut(t *testing.T) {
 		t.Errorf("the session is not stored under the hash of its cookie: %v", err)
 	}
 	ov := b.get("/console/")
-	if ov.status != 200 || !strings.Contains(ov.body, `id="balance">10.00 USD`) || ov.header.Get("Cache-Control") != "no-store" {
+	if ov.status != 200 || !strings.Contains(ov.body, shown("balance", "10.00")) || ov.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("overview: %d %q\n%s", ov.status, ov.header.Get("Cache-Control"), ov.body)
 	}
 	// Sign-out revokes the session's playground key.
@@ -716,6 +703,14 @@ func TestLoginCSRF(t *testing.T) {
 		t.Errorf("a made-up pre-session: %d %s, signed in %t", r.status, r.code(), signedIn(victim))
 	}
 
+	// A well-formed pre-session the server did not sign gets no token: the
+	// sign-in page starts a new one instead.
+	unsigned := made + "." + itoa(e.clock.now().Add(time.Hour).Unix()) + ".c2lnbmF0dXJl"
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "tg_form", Value: unsigned, Path: "/console/"}})
+	if r := victim.get("/console/signin"); !strings.Contains(r.header.Get("Set-Cookie"), "tg_form=") || strings.Contains(r.header.Get("Set-Cookie"), unsigned) {
+		t.Errorf("the sign-in page kept a pre-session it did not sign: Set-Cookie %q", r.header.Get("Set-Cookie"))
+	}
+
 	// 2. A genuine pre-session the attacker fetched and planted, sent from
 	// the attacker's page: the browser says where the form came from.
 	evil := e.browser(t)
@@ -818,7 +813,10 @@ func TestKeysCreateListRevoke(t *testing.T) {
 		t.Errorf("stored key = %+v", k)
 	}
 	list := b.get("/console/keys")
-	if strings.Contains(list.body, secret) || !strings.Contains(list.body, k.Prefix+"…") || !strings.Contains(list.body, "2.50 USD") {
+	if !regexp.MustCompile(`(?s)<details class="confirm"><summary class="button danger" aria-label="Revoke key laptop…">Revoke…</summary>.*?<form method="post" action="/console/keys/` + k.ID + `/revoke">`).MatchString(list.body) {
+		t.Errorf("revoking is not behind a confirmation:\n%s", list.body)
+	}
+	if strings.Contains(list.body, secret) || !strings.Contains(list.body, k.Prefix+"…") || !strings.Contains(list.body, cash("2.5")+" USD") {
 		t.Errorf("the list after creation shows the secret, or not the key")
 	}
 	// Another account's key id: not found, and the key stays active.
@@ -851,10 +849,10 @@ func TestOverviewFigures(t *testing.T) {
 	b := e.signedIn(t)
 	p := b.get("/console/")
 	for _, want := range []string{
-		`id="balance">2.749999999999 USD`, // 10 − 7.250000000001
-		`id="spend-today">0.250000000001 USD`,
-		`id="spend-month">1.250000000001 USD`,
-		`<td>tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">3.000000000001</td>`,
+		shown("balance", "2.749999999999"), // 10 − 7.250000000001
+		shown("spend-today", "0.250000000001"),
+		shown("spend-month", "1.250000000001"),
+		`<td class="nowrap">tg-chat</td><td class="num">3</td><td class="num">360</td><td class="num">` + cash("3.000000000001") + `</td>`,
 		// The prices are /pricing's: network 3 of 4 requests.
 		`<td class="num">0.12 / 0.4</td>`, `<td class="num">2.2 / 8.8</td>`, `network share 0.75`,
 	} {
@@ -866,13 +864,14 @@ func TestOverviewFigures(t *testing.T) {
 		t.Errorf("%d bars, want 4 in each chart (two models today, one 3 days ago, one 25 days ago)", n)
 	}
 	for _, want := range []string{
-		"2026-02-23 · tg-chat · 2.00 USD", "2026-02-23 · tg-chat · 120 tokens", // the bars of 25 days ago
+		bar("2026-02-23", "tg-chat", "2.00"), "2026-02-23 · tg-chat · 120 tokens", // the bars of 25 days ago
 		`<svg class="chart" id="spend-chart"`, `<svg class="chart" id="tokens-chart"`,
 		`<title id="tokens-svg-title">Tokens per day by model, last 30 days</title>`,
 		`the tallest day is 240 tokens`, // today: two charges of 120 tokens
 		// The tables for screen readers: a column per model, then the day's total.
 		`<th scope="col" class="num">tg-chat</th><th scope="col" class="num">tg-mini</th><th scope="col" class="num">Total</th>`,
-		`<tr><th scope="row">2026-03-20</th><td class="num">0.000000000001</td><td class="num">0.25</td><td class="num">0.250000000001</td></tr>`,
+		`<tr><th scope="row">2026-03-20</th><td class="num">` + cash("0.000000000001") + `</td><td class="num">` + cash("0.25") + `</td><td class="num">` +
+			cash("0.250000000001") + `</td></tr>`,
 		`<tr><th scope="row">2026-03-20</th><td class="num">120</td><td class="num">120</td><td class="num">240</td></tr>`,
 		`<tr><th scope="row">2026-03-17</th><td class="num">120</td><td class="num">0</td><td class="num">120</td></tr>`,
 	} {
@@ -898,12 +897,12 @@ func TestOverviewPastDaysCache(t *testing.T) {
 	if len(a.out) != 1 || a.out[0].Cost != tollgate.MustParseAmount("1") {
 		t.Fatalf("the sign-in did not sum the past days: %+v", a.out)
 	}
-	if p := b.get("/console/"); !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+	if p := b.get("/console/"); !strings.Contains(p.body, shown("spend-month", "1.00")) {
 		t.Fatal("overview before the late charge")
 	}
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	p := b.get("/console/")
-	if !strings.Contains(p.body, `id="spend-month">1.50 USD`) || !strings.Contains(p.body, "2026-03-15 · tg-mini · 0.50 USD") {
+	if !strings.Contains(p.body, shown("spend-month", "1.50")) || !strings.Contains(p.body, bar("2026-03-15", "tg-mini", "0.50")) {
 		t.Error("a charge into a past day does not show at the next view")
 	}
 	// Only the changed day was summed again: the other day's sums are the
@@ -914,7 +913,7 @@ func TestOverviewPastDaysCache(t *testing.T) {
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now)
 	e.clock.add(10 * time.Hour) // 01:00 the next day, within the sign-in
 	p = b.get("/console/")
-	for _, want := range []string{`id="spend-today">0.00 USD`, `id="spend-month">3.50 USD`, "2026-03-20 · tg-chat · 2.00 USD"} {
+	for _, want := range []string{shown("spend-today", "0.00"), shown("spend-month", "3.50"), bar("2026-03-20", "tg-chat", "2.00")} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("the next day, the overview lacks %s", want)
 		}
@@ -975,12 +974,12 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.5"), now.AddDate(0, 0, -5))
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("2"), now.AddDate(0, 0, -20)) // last month, in the chart
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now)
-	if _, err := billing.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
+	if _, err := operator.Post(context.Background(), e.st, tollgate.LedgerCredit, e.acct.ID, tollgate.MustParseAmount("1"), "", "", now.AddDate(0, 0, -4)); err != nil {
 		t.Fatal(err)
 	}
 	b := e.signedIn(t)
-	want := []string{`id="spend-today">0.25 USD`, `id="spend-month">1.75 USD`, "2026-03-17 · tg-chat · 1.00 USD",
-		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
+	want := []string{shown("spend-today", "0.25"), shown("spend-month", "1.75"), bar("2026-03-17", "tg-chat", "1.00"),
+		bar("2026-03-15", "tg-mini", "0.50"), bar("2026-02-28", "tg-chat", "2.00")}
 	view := func(what string, want []string) {
 		t.Helper()
 		p := b.get("/console/")
@@ -1025,8 +1024,8 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	}
 	// A charge recovered into a saved day.
 	e.charge(t, e.key, "tg-chat", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -3).Add(time.Hour))
-	want = []string{`id="spend-today">0.25 USD`, `id="spend-month">2.00 USD`, "2026-03-17 · tg-chat · 1.25 USD",
-		"2026-03-15 · tg-mini · 0.50 USD", "2026-02-28 · tg-chat · 2.00 USD"}
+	want = []string{shown("spend-today", "0.25"), shown("spend-month", "2.00"), bar("2026-03-17", "tg-chat", "1.25"),
+		bar("2026-03-15", "tg-mini", "0.50"), bar("2026-02-28", "tg-chat", "2.00")}
 	view("a late charge", want)
 	if n, m := cs.closedSums.Load(), cs.dayMarks.Load(); n != 1 || m != 1 {
 		t.Errorf("after a late charge, the past days were summed %d times and their marks read %d times, want once each (the day that changed)", n, m)
@@ -1043,8 +1042,8 @@ func testOverviewPastDaysSaved(t *testing.T, e *env) {
 	e.restart(t, cs3, nil)
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("0.25"), now.AddDate(0, 0, -5).Add(time.Minute))
 	e.charge(t, e.key, "tg-mini", tollgate.MustParseAmount("3"), now.AddDate(0, 0, -10))
-	view("late charges before the first view of a restarted instance", []string{`id="spend-month">5.25 USD`,
-		"2026-03-17 · tg-chat · 1.25 USD", "2026-03-15 · tg-mini · 0.75 USD", "2026-03-10 · tg-mini · 3.00 USD", "2026-02-28 · tg-chat · 2.00 USD"})
+	view("late charges before the first view of a restarted instance", []string{shown("spend-month", "5.25"),
+		bar("2026-03-17", "tg-chat", "1.25"), bar("2026-03-15", "tg-mini", "0.75"), bar("2026-03-10", "tg-mini", "3.00"), bar("2026-02-28", "tg-chat", "2.00")})
 	if n := cs3.closedSums.Load(); n != 1 {
 		t.Errorf("the past days were summed %d times, want once (the span of the two days that changed)", n)
 	}
@@ -1061,7 +1060,7 @@ func TestOverviewSavedDaysFail(t *testing.T) {
 	e.restart(t, cs, slog.New(slog.NewTextHandler(&log, nil)))
 	b := e.signedIn(t)
 	p := b.get("/console/")
-	if p.status != 200 || !strings.Contains(p.body, `id="spend-month">1.00 USD`) {
+	if p.status != 200 || !strings.Contains(p.body, shown("spend-month", "1.00")) {
 		t.Fatalf("overview with the saved days failing: %d %s", p.status, p.code())
 	}
 	for _, w := range []string{"console: read the saved past days", "console: save the past days", "the disk is on fire"} {
@@ -1095,7 +1094,7 @@ func TestActivityAndCSV(t *testing.T) {
 	if first < 0 || second < first {
 		t.Errorf("activity is not newest first with 12 decimals (%d, %d)", first, second)
 	}
-	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="num mono"`) != activityPage {
+	if !strings.Contains(p.body, `rel="next"`) || strings.Count(p.body, `class="mono request-id"`) != activityPage {
 		t.Errorf("first page: want %d rows and a next page", activityPage)
 	}
 	next := regexp.MustCompile(`<a href="([^"]*)" rel="next">`).FindStringSubmatch(p.body)
@@ -1103,11 +1102,11 @@ func TestActivityAndCSV(t *testing.T) {
 		t.Errorf("the next page's link is %q, want /console/activity?page=2", next)
 	}
 	p2 := b.get(html.UnescapeString(next[1]))
-	if n := strings.Count(p2.body, `class="num mono"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
+	if n := strings.Count(p2.body, `class="mono request-id"`); n != 3 || strings.Contains(p2.body, `rel="next"`) {
 		t.Errorf("second page: %d rows", n)
 	}
 	f := b.get("/console/activity?model=tg-chat&since=" + now.AddDate(0, 0, -1).Format(time.DateOnly))
-	if n := strings.Count(f.body, `class="num mono"`); n != 1 || !strings.Contains(f.body, "0.000123456789") {
+	if n := strings.Count(f.body, `class="mono request-id"`); n != 1 || !strings.Contains(f.body, "0.000123456789") {
 		t.Errorf("filtered by model and day: %d rows", n)
 	}
 	if r := b.get("/console/activity?since=yesterday"); r.status != http.StatusBadRequest || !strings.Contains(r.body, `data-param="since"`) {
@@ -1179,6 +1178,12 @@ func TestPagesNeedSession(t *testing.T) {
 	if r := b.get("/console/static/console.css"); r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
 		t.Errorf("stylesheet: %d %q", r.status, r.header.Get("Content-Type"))
 	}
+	if _, ok := e.con.Routes()["/favicon.ico"]; !ok {
+		t.Error("the api listener's routes lack /favicon.ico")
+	}
+	if r := b.get("/favicon.ico"); r.status != 200 || r.header.Get("Content-Type") != "image/x-icon" || !strings.HasPrefix(r.body, "\x00\x00\x01\x00") {
+		t.Errorf("favicon: %d %q", r.status, r.header.Get("Content-Type"))
+	}
 }
 
 func TestPassword(t *testing.T) {
@@ -1201,16 +1206,37 @@ func TestPassword(t *testing.T) {
 	}
 }
 
+// cash is an amount as the pages show it (money).
+func cash(amount string) string { return string(money(tollgate.MustParseAmount(amount))) }
+
+// shown is the markup of the element id showing amount USD.
+func shown(id, amount string) string { return `id="` + id + `">` + cash(amount) + ` USD` }
+
+// bar is the hover text of a spend chart's bar.
+func bar(day, model, amount string) string {
+	a := tollgate.MustParseAmount(amount)
+	return day + " · " + model + " · " + rounded(a) + " USD (exactly " + fixed12(a) + ")"
+}
+
 func TestFixed12(t *testing.T) {
 	for a, want := range map[tollgate.Amount]string{1: "0.000000000001", -1_500_000_000_000: "-1.500000000000", 0: "0.000000000000"} {
 		if got := fixed12(a); got != want {
 			t.Errorf("fixed12(%d) = %s, want %s", a, got, want)
 		}
 	}
-	for a, want := range map[string]string{"10": "10.00", "2.5": "2.50", "0.000001": "0.000001"} {
-		if got := usd(tollgate.MustParseAmount(a)); got != want {
-			t.Errorf("usd(%s) = %s, want %s", a, got, want)
+	for a, want := range map[string]string{"10": "10.000000", "0": "0.000000", "2.5": "2.500000", "0.000001": "0.000001",
+		"0.0000005": "0.000001", "0.000000499999": "0.000000", "9.999984680001": "9.999985", "-0.0000005": "-0.000001",
+		"-0.0000004": "0.000000", "1234567.8999995": "1234567.900000"} {
+		if got := rounded(tollgate.MustParseAmount(a)); got != want {
+			t.Errorf("rounded(%s) = %s, want %s", a, got, want)
 		}
+	}
+	if got, want := money(tollgate.MustParseAmount("9.999984680001")),
+		`<data class="amt rounded" value="9.999984680001" title="9.999984680001 USD exactly">9.999985</data>`; string(got) != want {
+		t.Errorf("money = %s, want %s", got, want)
+	}
+	if got := money(tollgate.MustParseAmount("2.5")); !strings.Contains(string(got), `class="amt"`) {
+		t.Errorf("money(2.5) = %s, want it not marked rounded", got)
 	}
 }
 

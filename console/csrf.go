@@ -27,9 +27,10 @@ import (
 //     page that cannot read the HttpOnly session cookie cannot compute.
 //   - A form shown before sign-in (sign-in, invitation) carries a token
 //     bound to a pre-session the server issued: the tg_form cookie holds a
-//     random nonce and an expiry, and the form's token is their HMAC under
-//     the console's secret. A made-up cookie, or one past its expiry, is
-//     refused.
+//     random nonce, an expiry and the server's HMAC of both, and the form's
+//     token is another HMAC of that cookie, both under the console's
+//     secret. A cookie the server did not sign, or past its expiry, is
+//     refused, and no page hands out a token for one.
 //
 // Over TLS the cookies carry the __Host- prefix: the browser then keeps
 // only a cookie this very host set over https with Path=/, so no sibling
@@ -108,21 +109,32 @@ func randomSecret() []byte {
 	return b
 }
 
-// formMAC is the form token of a pre-session cookie's value.
-func (c *Console) formMAC(cookie string) string {
+// mac is HMAC-SHA256 under the console's secret of purpose and text.
+func (c *Console) mac(purpose, text string) string {
 	m := hmac.New(sha256.New, c.secret)
-	m.Write([]byte("tollgate console form\x00"))
-	m.Write([]byte(cookie))
+	m.Write([]byte("tollgate console " + purpose + "\x00"))
+	m.Write([]byte(text))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// preSession parses a tg_form cookie's value, "nonce.expiry" (unix
-// seconds), and reports when it expires; ok is false for any other shape.
-func preSession(v string) (expires time.Time, ok bool) {
-	nonce, exp, found := strings.Cut(v, ".")
-	if !found || len(nonce) < 40 {
+// formMAC is the form token of a pre-session cookie's value.
+func (c *Console) formMAC(cookie string) string { return c.mac("form", cookie) }
+
+// newPreSession is a tg_form cookie's value: "nonce.expiry.signature",
+// the expiry in unix seconds, the signature the server's over both.
+func (c *Console) newPreSession(expires time.Time) string {
+	v := randomToken() + "." + strconv.FormatInt(expires.Unix(), 10)
+	return v + "." + c.mac("pre-session", v)
+}
+
+// preSession checks a tg_form cookie's value and reports when it expires;
+// ok is false for a value the server did not sign.
+func (c *Console) preSession(v string) (expires time.Time, ok bool) {
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 || !tokensEqual(v[i+1:], c.mac("pre-session", v[:i])) {
 		return time.Time{}, false
 	}
+	_, exp, _ := strings.Cut(v[:i], ".")
 	sec, err := strconv.ParseInt(exp, 10, 64)
 	if err != nil {
 		return time.Time{}, false
@@ -136,11 +148,11 @@ func preSession(v string) (expires time.Time, ok bool) {
 func (c *Console) formToken(w http.ResponseWriter, r *http.Request) string {
 	now := c.o.Now()
 	if ck, err := c.cookie(r, formCookie); err == nil {
-		if exp, ok := preSession(ck.Value); ok && exp.Sub(now) > formTTL/2 && exp.Sub(now) <= formTTL {
+		if exp, ok := c.preSession(ck.Value); ok && exp.Sub(now) > formTTL/2 {
 			return c.formMAC(ck.Value)
 		}
 	}
-	v := randomToken() + "." + strconv.FormatInt(now.Add(formTTL).Unix(), 10)
+	v := c.newPreSession(now.Add(formTTL))
 	c.setCookie(w, r, formCookie, v, formTTL, http.SameSiteStrictMode)
 	return c.formMAC(v)
 }
@@ -152,7 +164,7 @@ func (c *Console) checkFormToken(r *http.Request) error {
 	if err != nil {
 		return errCSRF
 	}
-	exp, ok := preSession(ck.Value)
+	exp, ok := c.preSession(ck.Value)
 	if !ok || !c.o.Now().Before(exp) || !tokensEqual(r.PostFormValue("csrf"), c.formMAC(ck.Value)) {
 		return errCSRF
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/relay"
 )
 
@@ -30,9 +31,8 @@ import (
 // OperatorStore is what the operator's console reads and writes.
 type OperatorStore interface {
 	Store
-	CreateAccount(ctx context.Context, a tollgate.Account) error
+	operator.Store
 	Accounts(ctx context.Context) ([]tollgate.Account, error)
-	SetAccountDisabled(ctx context.Context, id string, disabled bool) error
 }
 
 // OperatorOptions configure the operator's console.
@@ -124,6 +124,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	}
 	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
 	op.mux.Handle("GET /console/static/", files)
+	op.mux.HandleFunc("GET /favicon.ico", favicon)
 	op.mux.HandleFunc("GET /console/signin", op.c.page(op.signinForm))
 	op.mux.HandleFunc("POST /console/signin", op.c.page(op.signin))
 	op.mux.HandleFunc("POST /console/signout", op.c.page(op.signedIn(op.signout)))
@@ -140,7 +141,9 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 }
 
 // Routes is the map the admin listener mounts.
-func (op *Operator) Routes() map[string]http.Handler { return map[string]http.Handler{Prefix: op} }
+func (op *Operator) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Prefix: op, "/favicon.ico": op}
+}
 
 func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op.c.headers(w, r)
@@ -261,12 +264,11 @@ type opAccountsData struct {
 }
 
 func (op *Operator) row(ctx context.Context, a tollgate.Account) (opAccountRow, error) {
-	b, err := op.st.Balance(ctx, a.ID)
+	v, err := operator.View(ctx, op.st, a)
 	if err != nil {
 		return opAccountRow{}, err
 	}
-	a.Balance = b.Balance
-	row := opAccountRow{Account: a, Held: b.Held, Free: b.Free}
+	row := opAccountRow{Account: v.Account, Held: v.Held, Free: v.Free}
 	usage, err := op.st.KeyUsage(ctx, a.ID)
 	if err != nil {
 		return opAccountRow{}, err
@@ -327,8 +329,8 @@ func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error 
 	if name == "" {
 		return op.renderAccounts(w, r, http.StatusBadRequest, nil, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "name", "an account needs a name"))
 	}
-	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: name, Created: op.o.Now().UTC().Truncate(time.Microsecond)}
-	if err := op.st.CreateAccount(r.Context(), a); err != nil {
+	a, err := operator.CreateAccount(r.Context(), op.st, name, op.o.Now())
+	if err != nil {
 		return err
 	}
 	op.o.Log.Info("account created in the operator console", "account", a.ID, "name", a.Name)
@@ -336,12 +338,18 @@ func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// opEntries is how many of an account's operator entries its page lists.
+const opEntries = 50
+
 type opAccountData struct {
-	Row    opAccountRow
-	Keys   []tollgate.Key
-	Invite string // the whole invitation link, shown once
-	Amount string // what was typed, when the form comes back with an error
-	Note   string
+	Row  opAccountRow
+	Keys []tollgate.Key
+	// Entries are the newest of its ledger entries that are not charges
+	// (the opening balance, credits, debits), with notes and who made them.
+	Entries []tollgate.LedgerEntry
+	Invite  string // the whole invitation link, shown once
+	Amount  string // what was typed, when the form comes back with an error
+	Note    string
 }
 
 var doneNotices = map[string]string{
@@ -370,6 +378,9 @@ func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status
 		return err
 	}
 	if d.Keys, err = op.st.Keys(r.Context(), id); err != nil {
+		return err
+	}
+	if d.Entries, err = op.st.OperatorEntries(r.Context(), id, opEntries); err != nil {
 		return err
 	}
 	v := op.view(r, a.Name, "accounts")
@@ -402,7 +413,7 @@ func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error 
 		if action == "debit" {
 			kind = tollgate.LedgerDebit
 		}
-		e, err := billing.Post(ctx, op.st, kind, id, amount, note, "the operator console from "+op.c.clientAddr(r), op.o.Now())
+		p, err := operator.Post(ctx, op.st, kind, id, amount, note, "the operator console from "+op.c.clientAddr(r), op.o.Now())
 		if err != nil {
 			var te *tollgate.Error
 			if errors.As(err, &te) {
@@ -410,19 +421,19 @@ func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error 
 			}
 			return err
 		}
-		op.o.Log.Info("ledger entry posted in the operator console", "kind", kind, "account", id, "amount", e.Amount.String(), "entry", e.ID)
+		op.o.Log.Info("ledger entry posted in the operator console", "kind", kind, "account", id, "amount", p.Entry.Amount.String(), "entry", p.Entry.ID)
 	case "disable", "enable":
-		if err := op.st.SetAccountDisabled(ctx, id, action == "disable"); err != nil {
+		if _, err := operator.SetDisabled(ctx, op.st, id, action == "disable"); err != nil {
 			return err
 		}
 		op.o.Log.Info("account disabled flag set in the operator console", "account", id, "disabled", action == "disable")
 	case "invite":
-		token, expires, err := tollgate.IssueInvite(ctx, op.st, id, op.o.Now())
+		inv, err := operator.Invite(ctx, op.st, id, op.o.Now())
 		if err != nil {
 			return err
 		}
-		op.o.Log.Info("console invitation issued in the operator console", "account", id, "expires", expires)
-		v := opAccountData{Invite: op.o.APIBase + tollgate.InvitePath(token)}
+		op.o.Log.Info("console invitation issued in the operator console", "account", id, "expires", inv.Expires)
+		v := opAccountData{Invite: op.o.APIBase + inv.Path}
 		return op.renderAccount(w, r, http.StatusCreated, v, nil)
 	default:
 		return tollgate.Errorf(tollgate.CodeNotFound, "there is no account action %q", action)

@@ -130,8 +130,23 @@ func TestOperatorAccounts(t *testing.T) {
 	if strings.Join(notes, "; ") != "credit 12.345 invoice 7; debit -0.345 refund" {
 		t.Errorf("ledger = %q", notes)
 	}
-	if p := b.get(acct + "?done=credit"); !strings.Contains(p.body, `id="balance">12.00 USD`) || !strings.Contains(p.body, "Credit posted.") {
+	p := b.get(acct + "?done=credit")
+	if !strings.Contains(p.body, shown("balance", "12.00")) || !strings.Contains(p.body, "Credit posted.") {
 		t.Errorf("account page after the entries:\n%s", p.body)
+	}
+	// The page lists the entries, newest first, with their notes and who
+	// made them (this console, from the test's loopback address).
+	entries := regexp.MustCompile(`<tr class="entry-(\w+)"><td class="nowrap">[^<]+</td><td>\w+</td><td class="num"><data class="[^"]+" value="([-0-9.]+)"[^>]*>[^<]+</data></td><td>([^<]*)</td><td>([^<]*)</td>`).FindAllStringSubmatch(p.body, -1)
+	var listed []string
+	for _, m := range entries {
+		listed = append(listed, strings.Join(m[1:], " | "))
+	}
+	if want := []string{"debit | -0.345000000000 | refund | the operator console from 127.0.0.1", "credit | 12.345000000000 | invoice 7 | the operator console from 127.0.0.1"}; strings.Join(listed, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the account page lists the entries\n%s\nwant\n%s", strings.Join(listed, "\n"), strings.Join(want, "\n"))
+	}
+	// Disabling asks first: the button only opens the confirmation.
+	if !regexp.MustCompile(`(?s)<details class="confirm"><summary class="button danger">Disable the account…</summary>.*?<form method="post" action="/console/accounts/` + id + `/disable">`).MatchString(p.body) {
+		t.Errorf("disable is not behind a confirmation:\n%s", p.body)
 	}
 	if r := b.post(acct+"/disable", url.Values{"csrf": {csrf}}); r.status != http.StatusSeeOther {
 		t.Fatalf("disable: %d", r.status)
@@ -204,7 +219,7 @@ func TestOperatorService(t *testing.T) {
 	}
 	after := b.get("/console/service?done=audit")
 	rep, _ := billing.Audit(t.Context(), e.st, e.clock.now(), 0)
-	line := regexp.MustCompile(`id="audit-result" class="status-active">OK at [^:]+:\d\d UTC from the operator console: 1 accounts, 1 keys, balances 9\.\d+ USD, held 0(\.0+)? USD; took \d[^ ]*s\.`)
+	line := regexp.MustCompile(`id="audit-result" class="status-active">OK at [^:]+:\d\d UTC from the operator console: 1 accounts, 1 keys, balances <data class="amt[^"]*" value="9\.\d{12}"[^>]*>\d+\.\d{6}</data> USD, held <data class="amt" value="0\.0{12}"[^>]*>0\.000000</data> USD; took \d[^ ]*s\.`)
 	if !rep.OK || !line.MatchString(after.body) {
 		t.Errorf("audit result not shown:\n%s", after.body)
 	}
@@ -238,7 +253,11 @@ func TestOperatorServiceShowsTheLastAuditFromAnywhere(t *testing.T) {
 	b := newOperator(t, e, adminToken)
 	b.operatorSignin(adminToken)
 	p := b.get("/console/service")
-	want := `id="audit-result" class="status-revoked">57 problems at ` + at.Format("2006-01-02 15:04") + ` UTC from the CLI: 57 accounts, 3 keys, balances 12.50 USD, held 0.25 USD; took 1.235s.`
+	want := `id="audit-result" class="status-revoked">57 problems at ` + at.Format("2006-01-02 15:04") + ` UTC from the CLI: 57 accounts, 3 keys, balances ` + cash("12.5") + ` USD, held ` + cash("0.25") + ` USD; took 1.235s.`
+	// Beside the held figure, why money is held right after traffic.
+	if !regexp.MustCompile(`(?s)` + regexp.QuoteMeta(want) + `</p>\s*<p class="held-note" id="held-note">Held money right after traffic is normal, not stuck`).MatchString(p.body) {
+		t.Errorf("the service page has no note about held money right after the audit's figure")
+	}
 	if !strings.Contains(p.body, want) || strings.Count(p.body, "is below zero</li>") != tollgate.AuditProblemsKept ||
 		!strings.Contains(p.body, "balance &lt;1&gt;") || !strings.Contains(p.body, "<li>and 7 more") || strings.Contains(p.body, "acct_50") {
 		t.Fatalf("service page after a CLI audit, want %q:\n%s", want, p.body)

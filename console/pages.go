@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -161,8 +162,8 @@ func (c *Console) models() []string {
 type keysData struct {
 	Keys    []keyRow
 	Models  []string
-	Created *admin.CreatedKey // shown once, right after creation
-	Form    keyForm           // what was typed, when the form is shown again with an error
+	Created *operator.CreatedKey // shown once, right after creation
+	Form    keyForm              // what was typed, when the form is shown again with an error
 }
 
 type keyRow struct {
@@ -225,7 +226,7 @@ func (c *Console) createKey(w http.ResponseWriter, r *http.Request) error {
 	form := keyForm{Name: r.PostFormValue("name"), Expires: strings.TrimSpace(r.PostFormValue("expires")),
 		SpendLimit: strings.TrimSpace(r.PostFormValue("spend_limit")), RPM: strings.TrimSpace(r.PostFormValue("rpm")),
 		TPM: strings.TrimSpace(r.PostFormValue("tpm")), Models: r.PostForm["models"]}
-	k, secret, err := c.newKey(r, req.account.ID, form)
+	created, err := c.newKey(r, req.account.ID, form)
 	d, derr := c.keysData(r)
 	if derr != nil {
 		return derr
@@ -239,19 +240,19 @@ func (c *Console) createKey(w http.ResponseWriter, r *http.Request) error {
 		}
 		v.Error, d.Form, status = te, form, statusOf(te.Code)
 	} else {
-		d.Created = &admin.CreatedKey{Key: k, Secret: secret}
-		c.o.Log.Info("key created in the console", "key", k.ID, "account", k.AccountID)
+		d.Created = &created
+		c.o.Log.Info("key created in the console", "key", created.Key.ID, "account", created.Key.AccountID)
 	}
 	v.Data = d
 	return c.render(w, status, "keys", v)
 }
 
-func (c *Console) newKey(r *http.Request, accountID string, f keyForm) (tollgate.Key, string, error) {
-	kr := admin.CreateKeyRequest{AccountID: accountID, Name: f.Name, Expires: f.Expires, Models: f.Models}
+func (c *Console) newKey(r *http.Request, accountID string, f keyForm) (operator.CreatedKey, error) {
+	kr := operator.KeyRequest{AccountID: accountID, Name: f.Name, Expires: f.Expires, Models: f.Models}
 	var err error
 	if f.SpendLimit != "" {
 		if kr.SpendLimit, err = tollgate.ParseAmount(f.SpendLimit); err != nil || kr.SpendLimit <= 0 {
-			return tollgate.Key{}, "", tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "spend_limit",
+			return operator.CreatedKey{}, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "spend_limit",
 				"spend limit %q: want a positive amount of USD such as 5 or 12.50, or nothing for no limit", f.SpendLimit)
 		}
 	}
@@ -263,20 +264,11 @@ func (c *Console) newKey(r *http.Request, accountID string, f keyForm) (tollgate
 			continue
 		}
 		if *n.dst, err = strconv.ParseInt(n.text, 10, 64); err != nil || *n.dst < 0 {
-			return tollgate.Key{}, "", tollgate.ParamErrorf(tollgate.CodeInvalidRequest, n.name,
+			return operator.CreatedKey{}, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, n.name,
 				"%s %q: want a whole number, or nothing for no limit", n.name, n.text)
 		}
 	}
-	k, err := admin.NewKey(kr, c.models(), c.o.Now())
-	if err != nil {
-		return k, "", err
-	}
-	secret := tollgate.NewKeySecret()
-	k.Prefix = tollgate.DisplayPrefix(secret)
-	if err := c.st.CreateKey(r.Context(), k, tollgate.HashKey(secret)); err != nil {
-		return k, "", err
-	}
-	return k, secret, nil
+	return operator.CreateKey(r.Context(), c.st, kr, c.models(), c.o.Now())
 }
 
 // revokeKey revokes one of the signed-in account's keys; another account's
@@ -284,14 +276,9 @@ func (c *Console) newKey(r *http.Request, accountID string, f keyForm) (tollgate
 func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	req := current(r)
 	id := r.PathValue("id")
-	keys, err := c.st.Keys(r.Context(), req.account.ID)
-	if err != nil {
-		return err
-	}
-	if !slices.ContainsFunc(keys, func(k tollgate.Key) bool { return k.ID == id }) {
+	if _, err := operator.RevokeKey(r.Context(), c.st, req.account.ID, id, c.o.Now()); errors.Is(err, tollgate.ErrNotFound) {
 		return tollgate.Errorf(tollgate.CodeNotFound, "this account has no key %s", id)
-	}
-	if err := c.st.RevokeKey(r.Context(), id, c.o.Now().UTC().Truncate(time.Microsecond)); err != nil {
+	} else if err != nil {
 		return err
 	}
 	c.o.Log.Info("key revoked in the console", "key", id, "account", req.account.ID)
@@ -351,7 +338,7 @@ func (c *Console) activityFilter(r *http.Request) (activityFilter, tollgate.Usag
 			return f, tollgate.UsageFilter{}, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "since", "since %q: want a date such as 2026-01-01", f.Since)
 		}
 	}
-	uf, err := admin.ParseFilter(current(r).account.ID, f.Key, f.Model, "", f.Since, until, c.o.Now())
+	uf, err := operator.ParseFilter(current(r).account.ID, f.Key, f.Model, "", f.Since, until, c.o.Now())
 	return f, uf, err
 }
 

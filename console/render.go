@@ -76,14 +76,14 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 var funcs = template.FuncMap{
-	"usd":   usd,
-	"usd12": fixed12,
+	"money": money,
 	"when": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"
 		}
 		return t.UTC().Format("2006-01-02 15:04 UTC")
 	},
+	"minute": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") }, // under a "(UTC)" heading
 	"date": func(t time.Time) string {
 		if t.IsZero() {
 			return ""
@@ -119,22 +119,43 @@ func fixed12(a tollgate.Amount) string {
 	return sign + strconv.FormatInt(n/1_000_000_000_000, 10) + "." + frac
 }
 
-// usd is an amount for a balance: the exact decimal, with at least cents.
-func usd(a tollgate.Amount) string {
-	s := a.String()
-	dot := -1
-	for i := range len(s) {
-		if s[i] == '.' {
-			dot = i
-		}
+// The console's one rule for money (docs/console.md, "Amounts"): every
+// amount is shown rounded to 6 decimals (a millionth of a dollar, half away
+// from zero), and the exact amount, to the picodollar, is in its title and
+// its <data value>.
+
+// microDecimals is how many decimals a shown amount has.
+const microDecimals = 6
+
+// rounded is a to 6 decimals, half away from zero: "4.999850".
+func rounded(a tollgate.Amount) string {
+	n := int64(a)
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
 	}
-	switch {
-	case dot < 0:
-		return s + ".00"
-	case len(s)-dot == 2:
-		return s + "0"
+	const unit = 1_000_000        // picodollars in a microdollar
+	q := n/unit + (n%unit*2)/unit // n%unit*2 < 2*unit: the half rounds up
+	frac := strconv.FormatInt(q%1_000_000, 10)
+	for len(frac) < microDecimals {
+		frac = "0" + frac
 	}
-	return s
+	if q == 0 {
+		sign = ""
+	}
+	return sign + strconv.FormatInt(q/1_000_000, 10) + "." + frac
+}
+
+// money is an amount as the pages show it: rounded, with the exact amount
+// in its title and value; "rounded" marks one that lost digits.
+func money(a tollgate.Amount) template.HTML {
+	exact, short := fixed12(a), rounded(a)
+	class := "amt"
+	if int64(a)%1_000_000 != 0 {
+		class = "amt rounded"
+	}
+	// Both are digits, a dot and a sign: nothing to escape.
+	return template.HTML(`<data class="` + class + `" value="` + exact + `" title="` + exact + ` USD exactly">` + short + `</data>`)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

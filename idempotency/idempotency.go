@@ -1,5 +1,5 @@
 // Package idempotency makes non-streamed chat completions replay-safe with
-// the Idempotency-Key header (CONTRACT.md "Idempotency", Stripe's design):
+// the Idempotency-Key header (docs/idempotency.md, after Stripe's design):
 // the first request with a key runs; a duplicate gets 409 while it runs and
 // its stored answer afterwards; a failure frees the key for a fresh retry; the
 // same key with another request is 422. The claim lives in the store, leased,

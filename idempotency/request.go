@@ -8,7 +8,7 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// MaxKeyBytes is the longest Idempotency-Key accepted (CONTRACT.md).
+// MaxKeyBytes is the longest Idempotency-Key accepted (docs/idempotency.md).
 const MaxKeyBytes = 255
 
 // ValidKey checks an Idempotency-Key value: 1 to 255 bytes of printable

@@ -14,7 +14,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) tollgate.Store { return postgres.OpenTest(t) })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return postgres.OpenTest(t) })
 }
 
 // TestConcurrentStartup starts several "instances" on one empty schema at

@@ -14,12 +14,11 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
 )
 
-// Catalog is the set of models the service sells, built from the config.
+// Catalog is the set of models the service sells, built from a CatalogSpec.
 // It is immutable once built; a config reload builds a new one.
 type Catalog struct {
 	Models  []*Model
@@ -52,7 +51,7 @@ type Backend struct {
 	Prices        tollgate.Prices
 	Nodes         []*Node
 	// Routing is how a network backend spreads requests over its nodes
-	// (config.RoutingLeastOutstanding or config.RoutingPrefixCache), and
+	// (RoutingLeastOutstanding, RoutingPrefixCache or RoutingRoundRobin), and
 	// PrefixMargin the requests in flight the node with the longest
 	// matching prefix may have beyond the least loaded node's (prefix.go).
 	Routing      string
@@ -142,11 +141,73 @@ func (c *Catalog) Nodes() []*Node {
 	return out
 }
 
-// NewCatalog builds the catalogue from a validated config. Nodes with the
-// same URL and key are shared across models. prev, when not nil, is the
-// catalogue being replaced (config reload): its nodes keep their health and
-// in-flight counts.
-func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
+// Routing policies of a network backend (BackendSpec.Routing).
+const (
+	// RoutingLeastOutstanding sends a request to the able node with the
+	// fewest requests in flight; "" means the same.
+	RoutingLeastOutstanding = "least_outstanding"
+	// RoutingPrefixCache prefers the node that was sent the longest prefix
+	// of the prompt, within PrefixMargin requests of the least loaded (prefix.go).
+	RoutingPrefixCache = "prefix_cache"
+	// RoutingRoundRobin takes the able nodes in turn whatever their load.
+	RoutingRoundRobin = "round_robin"
+)
+
+// CatalogSpec is what a catalogue is built from: checked values, defaults
+// applied (cmd/tollgate builds it from the config's models: and search:).
+type CatalogSpec struct {
+	Models []ModelSpec
+	// WebSearch: a search provider is configured, so every backend that
+	// can call tools can take part in web search (the model calls
+	// tollgate's search function); without one, no backend offers it.
+	WebSearch bool
+}
+
+// ModelSpec is one model of the catalogue.
+type ModelSpec struct {
+	ID              string
+	Kind            tollgate.ModelKind
+	OwnedBy         string
+	ContextLength   int64
+	MaxOutputTokens int64
+	ImageTokens     int64 // 0: DefaultImageTokens
+	SearchPrice     tollgate.Amount
+	Backends        []BackendSpec
+}
+
+// BackendSpec is one backend of a model. A fallback is one node.
+type BackendSpec struct {
+	Class         tollgate.BackendClass
+	UpstreamModel string
+	Caps          tollgate.Capabilities
+	Prices        tollgate.Prices
+	Routing       string // a Routing constant
+	PrefixMargin  int64
+	// PrefixIndexTokens and PrefixTTL bound each node's prefix index
+	// (prefix_cache routing; 0: the defaults).
+	PrefixIndexTokens int64
+	PrefixTTL         time.Duration
+	Nodes             []NodeSpec
+}
+
+// NodeSpec is one upstream server.
+type NodeSpec struct {
+	Name          string
+	URL           string // with /v1
+	Key           string
+	Flavour       openai.Flavour
+	MaxConcurrent int64  // 0: unlimited
+	HealthURL     string // "": the flavour's
+	// KVEvents is the node's KV-cache event socket (tcp://host:port, ""
+	// none) and KVEventsReplay its replay socket (prefix.go, kvevents).
+	KVEvents, KVEventsReplay string
+}
+
+// NewCatalog builds the catalogue. Nodes with the same URL and key are
+// shared across models. prev, when not nil, is the catalogue being
+// replaced (config reload): its nodes keep their health and in-flight
+// counts.
+func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 	nodes := map[string]*Node{}
 	fresh := map[*Node]bool{} // built here, not yet shared with requests
 	if prev != nil {
@@ -158,20 +219,17 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 	if prev != nil {
 		c.Created = prev.Created
 	}
-	for _, mc := range cfg.Models {
+	for _, mc := range spec.Models {
 		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens,
 			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens), SearchPrice: mc.SearchPrice}
 		for i := range mc.Backends {
 			bc := &mc.Backends[i]
-			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps(), Prices: bc.Rates.Prices,
-				Routing: bc.Routing}
-			if bc.PrefixMargin != nil {
-				b.PrefixMargin = *bc.PrefixMargin
-			}
+			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps, Prices: bc.Prices,
+				Routing: bc.Routing, PrefixMargin: bc.PrefixMargin}
 			// Web search is served by tollgate itself: with a search
 			// provider configured, every backend that can call tools can
 			// take part (the model calls tollgate's search function).
-			if cfg.Search.Enabled() && b.Caps.Has(tollgate.CapTools) {
+			if spec.WebSearch && b.Caps.Has(tollgate.CapTools) {
 				b.Caps |= tollgate.NewCapabilities(tollgate.CapWebSearch)
 			} else {
 				b.Caps &^= tollgate.NewCapabilities(tollgate.CapWebSearch)
@@ -200,8 +258,8 @@ func NewCatalog(cfg *config.Config, prev *Catalog) *Catalog {
 					n.Flavour = nc.Flavour
 					n.HealthURL = healthURL
 				}
-				if b.Routing == config.RoutingPrefixCache {
-					n.prefix.configure(bc.PrefixIndexTokens, bc.PrefixTTL.D())
+				if b.Routing == RoutingPrefixCache {
+					n.prefix.configure(bc.PrefixIndexTokens, bc.PrefixTTL)
 					if fresh[n] && nc.KVEvents != "" {
 						// The relay subscribes (Relay.startEvents). The index of
 						// the node's events is bounded like the prefix index:

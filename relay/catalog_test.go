@@ -1,40 +1,18 @@
 package relay
 
 import (
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/config"
 )
-
-const reloadYAML = `
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: data/t.db}
-models:
-  - id: m
-    kind: chat
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        rates: {input: "0.15", output: "0.6"}
-        nodes: [{url: "http://10.0.0.1:8000/v1", max_concurrent: MAXC}]
-`
 
 // A config reload (SIGHUP) runs while requests use the nodes: building the
 // new catalogue must not write to a node that requests are reading.
 func TestReloadDoesNotWriteNodesInUse(t *testing.T) {
-	parse := func(maxc string) *config.Config {
-		cfg, err := config.Parse([]byte(strings.ReplaceAll(reloadYAML, "MAXC", maxc)), ".", func(string) string { return "" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+	spec := func(maxc int64) CatalogSpec {
+		return catalog(netModel("m", "up", 1000, 100, 0, NodeSpec{Name: "n", URL: "http://10.0.0.1:8000/v1", MaxConcurrent: maxc}))
 	}
-	same, changed := parse("4"), parse("8")
+	same, changed := spec(4), spec(8)
 	cat := NewCatalog(same, nil)
 	if got := cat.Models[0].ImageTokens; got != DefaultImageTokens {
 		t.Fatalf("image_tokens of a model that does not set it: %d, want %d", got, DefaultImageTokens)

@@ -2,14 +2,13 @@ package relay
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -24,36 +23,11 @@ func controlsRelay(t *testing.T) (r *Relay, oll, vllm *simulate.Server) {
 	os, vs := httptest.NewServer(oll), httptest.NewServer(vllm)
 	t.Cleanup(os.Close)
 	t.Cleanup(vs.Close)
-	yaml := fmt.Sprintf(`
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: data/t.db}
-models:
-  - id: mixed
-    kind: chat
-    context_length: 4000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        rates: {input: "0.15", output: "0.6"}
-        capabilities: [tools]
-        nodes: [{name: o, url: %[1]q, flavour: ollama}, {name: v, url: %[2]q, flavour: vllm}]
-  - id: oll
-    kind: chat
-    context_length: 4000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        rates: {input: "0.15", output: "0.6"}
-        capabilities: [tools]
-        nodes: [{name: o, url: %[1]q, flavour: ollama}]
-`, os.URL+"/v1", vs.URL+"/v1")
-	cfg, err := config.Parse([]byte(yaml), ".", func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return New(NewCatalog(cfg, nil), Options{}, Deps{}), oll, vllm
+	tools := tollgate.NewCapabilities(tollgate.CapTools)
+	o := NodeSpec{Name: "o", URL: os.URL + "/v1", Flavour: openai.Ollama}
+	v := NodeSpec{Name: "v", URL: vs.URL + "/v1", Flavour: openai.VLLM}
+	cat := catalog(netModel("mixed", "up", 4000, 100, tools, o, v), netModel("oll", "up", 4000, 100, tools, o))
+	return New(NewCatalog(cat, nil), Options{}, Deps{}), oll, vllm
 }
 
 // serve runs one request; it returns the body or the error.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/syncbuf"
 	"github.com/tollgate/tollgate/simulate"
 )
@@ -201,27 +200,10 @@ func TestOutlierEjectsANodeThatPassesItsProbe(t *testing.T) {
 	defer a.Close()
 	b := httptest.NewServer(faulty(&bBad, &bChats, nil))
 	defer b.Close()
-	yaml := fmt.Sprintf(`
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: data/t.db}
-models:
-  - id: m
-    kind: chat
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        rates: {input: "0.15", output: "0.6"}
-        nodes: [{name: a, url: %q, flavour: vllm}, {name: b, url: %q, flavour: vllm}]
-`, a.URL+"/v1", b.URL+"/v1")
-	cfg, err := config.Parse([]byte(yaml), ".", func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := catalog(netModel("m", "up", 1000, 100, 0, NodeSpec{Name: "a", URL: a.URL + "/v1"}, NodeSpec{Name: "b", URL: b.URL + "/v1"}))
 	base := time.Second // long enough that a loaded machine ends no ejection early
 	var logged syncbuf.Buffer
-	r := New(NewCatalog(cfg, nil), Options{Health: HealthPolicy{FailureThreshold: 3, EjectionBase: base,
+	r := New(NewCatalog(cat, nil), Options{Health: HealthPolicy{FailureThreshold: 3, EjectionBase: base,
 		EjectionMax: 10 * base, MinRequests: 1000}}, Deps{Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/openai"
@@ -149,9 +148,9 @@ func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatReque
 	prefix, events := false, false
 	for _, b := range m.Backends {
 		switch b.Routing {
-		case config.RoutingRoundRobin:
+		case RoutingRoundRobin:
 			pr.roundRobin = true
-		case config.RoutingPrefixCache:
+		case RoutingPrefixCache:
 			prefix = true
 			for _, n := range b.Nodes {
 				if !n.Healthy() {
@@ -247,13 +246,13 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 	if pr == nil {
 		return
 	}
-	if b.Routing == config.RoutingRoundRobin {
+	if b.Routing == RoutingRoundRobin {
 		if pr.first == nil {
 			pr.first, pr.firstB = n, b
 		}
 		return
 	}
-	if b.Routing != config.RoutingPrefixCache || pr.hashes == nil {
+	if b.Routing != RoutingPrefixCache || pr.hashes == nil {
 		return
 	}
 	c := prefixCand{b: b, n: n, load: load, rank: rendezvous(pr.conv, n.routeID)}
@@ -317,7 +316,7 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 
 // record notes the prompt on the node that took it and counts the decision.
 func (pr *prefixRoute) record(b *Backend, n *Node) {
-	if pr == nil || pr.hashes == nil || b.Routing != config.RoutingPrefixCache {
+	if pr == nil || pr.hashes == nil || b.Routing != RoutingPrefixCache {
 		return
 	}
 	n.prefix.record(pr.hashes, pr.now)

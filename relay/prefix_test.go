@@ -2,19 +2,17 @@ package relay
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/openai"
 )
 
 // prefixModel is a model with one prefix-routed network backend over nodes.
 func prefixModel(margin int64, nodes ...*Node) (*Model, []*Backend) {
 	m, able := testModel(nodes...)
-	able[0].Routing = config.RoutingPrefixCache
+	able[0].Routing = RoutingPrefixCache
 	able[0].PrefixMargin = margin
 	return m, able
 }
@@ -211,7 +209,7 @@ func chatReq(t *testing.T, msgs []byte) *openai.ChatRequest {
 func TestRoundRobinIgnoresLoad(t *testing.T) {
 	nodes := netNodes(3, 2)
 	m, able := testModel(nodes...)
-	able[0].Routing = config.RoutingRoundRobin
+	able[0].Routing = RoutingRoundRobin
 	var p picker
 	r := &Relay{now: time.Now}
 	count := map[*Node]int{}
@@ -236,32 +234,13 @@ func TestRoundRobinIgnoresLoad(t *testing.T) {
 // A reload that keeps a node keeps its index; a node removed or replaced
 // takes its index with it, and routing never sees a stale one.
 func TestPrefixIndexAcrossReloads(t *testing.T) {
-	yaml := func(nodes string) *config.Config {
-		cfg, err := config.Parse([]byte(`
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: data/t.db}
-models:
-  - id: m
-    kind: chat
-    context_length: 100000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: up
-        rates: {input: "0.15", output: "0.6"}
-        nodes: [`+nodes+`]
-`), ".", func(string) string { return "" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
-	a := `{name: a, url: "http://10.0.0.1:8000/v1"}`
-	b := `{name: b, url: "http://10.0.0.2:8000/v1"}`
-	c := `{name: c, url: "http://10.0.0.3:8000/v1"}`
-	cat := NewCatalog(yaml(a+","+b), nil)
-	if cat.Models[0].Backends[0].Routing != config.RoutingPrefixCache {
-		t.Fatalf("default routing %q", cat.Models[0].Backends[0].Routing)
+	spec := func(nodes ...NodeSpec) CatalogSpec { return catalog(netModel("m", "up", 100000, 100, 0, nodes...)) }
+	a := NodeSpec{Name: "a", URL: "http://10.0.0.1:8000/v1"}
+	b := NodeSpec{Name: "b", URL: "http://10.0.0.2:8000/v1"}
+	c := NodeSpec{Name: "c", URL: "http://10.0.0.3:8000/v1"}
+	cat := NewCatalog(spec(a, b), nil)
+	if cat.Models[0].Backends[0].Routing != RoutingPrefixCache {
+		t.Fatalf("routing %q", cat.Models[0].Backends[0].Routing)
 	}
 	r := New(cat, Options{}, Deps{})
 	msgs := convo("reload", 2, 800)
@@ -283,7 +262,7 @@ models:
 		t.Fatal("nothing recorded")
 	}
 	// A reload that keeps the holder: same node, same index, same route.
-	r.SetCatalog(NewCatalog(yaml(a+","+b), r.Catalog()))
+	r.SetCatalog(NewCatalog(spec(a, b), r.Catalog()))
 	if n, _ := first.prefix.size(); n != held {
 		t.Fatalf("kept node's index %d blocks, was %d", n, held)
 	}
@@ -292,9 +271,11 @@ models:
 	}
 	// The holder's settings change (a new node object, an empty index) and
 	// c is added: the old node is never routed to again.
-	changed := map[string]string{"a": a, "b": b, "c": c}
-	changed[first.Name] = strings.Replace(changed[first.Name], "}", ", max_concurrent: 3}", 1)
-	r.SetCatalog(NewCatalog(yaml(changed["a"]+","+changed["b"]+","+c), r.Catalog()))
+	changed := map[string]NodeSpec{"a": a, "b": b}
+	ch := changed[first.Name]
+	ch.MaxConcurrent = 3
+	changed[first.Name] = ch
+	r.SetCatalog(NewCatalog(spec(changed["a"], changed["b"], c), r.Catalog()))
 	again := route()
 	if again == first {
 		t.Fatal("the replaced node is still routed to")
@@ -302,13 +283,13 @@ models:
 	// Remove the node holding the conversation: routing goes elsewhere,
 	// and the stats count the blocks of the nodes in the catalogue only.
 	holder := again.Name
-	var keep []string
-	for _, n := range []string{a, b, c} {
-		if !strings.Contains(n, "name: "+holder+",") {
+	var keep []NodeSpec
+	for _, n := range []NodeSpec{a, b, c} {
+		if n.Name != holder {
 			keep = append(keep, n)
 		}
 	}
-	r.SetCatalog(NewCatalog(yaml(strings.Join(keep, ",")), r.Catalog()))
+	r.SetCatalog(NewCatalog(spec(keep...), r.Catalog()))
 	before := r.PrefixStats().IndexBlocks
 	if n := route(); n.Name == holder {
 		t.Fatalf("routed to removed node %s", holder)

@@ -1,10 +1,11 @@
 package relay
 
 import (
-	"github.com/tollgate/tollgate/openai"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/openai"
 
 	"github.com/tollgate/tollgate"
 )

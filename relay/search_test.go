@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/search"
 )
 
@@ -235,34 +234,18 @@ func (b *fakeBiller) Release(ctx context.Context, holdID string) error {
 	return nil
 }
 
-const searchYAML = `
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: data/t.db}
-search: {provider: searxng, url: "http://127.0.0.1:1", price: "0.01", max_searches: 3}
-models:
-  - id: m
-    kind: chat
-    context_length: 100000
-    max_output_tokens: 1000
-    backends:
-      - class: network
-        upstream_model: up
-        capabilities: [tools]
-        rates: {input: "1", output: "2"}
-        nodes: [{url: "URL/v1", flavour: vllm}]
-`
-
 func searchRelay(t *testing.T, s Searcher) (*Relay, *scriptedModel, *fakeBiller) {
 	t.Helper()
 	sm := &scriptedModel{record: true}
 	ts := httptest.NewServer(sm)
 	t.Cleanup(ts.Close)
-	cfg, err := config.Parse([]byte(strings.ReplaceAll(searchYAML, "URL", ts.URL)), ".", func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A search provider is configured (price 0.01 USD, at most 3 searches a
+	// request); the model runs at 1 and 2 USD per million tokens.
+	m := netModel("m", "up", 100000, 1000, tollgate.NewCapabilities(tollgate.CapTools), NodeSpec{Name: "n", URL: ts.URL + "/v1"})
+	m.SearchPrice = tollgate.MustParseAmount("0.01")
+	m.Backends[0].Prices = tollgate.Prices{Input: tollgate.MustParseRate("1"), Output: tollgate.MustParseRate("2")}
 	fb := &fakeBiller{}
-	r := New(NewCatalog(cfg, nil), Options{MaxSearches: cfg.Search.MaxSearches}, Deps{Biller: fb, Search: s, Traffic: &fb.traffic})
+	r := New(NewCatalog(CatalogSpec{Models: []ModelSpec{m}, WebSearch: true}, nil), Options{MaxSearches: 3}, Deps{Biller: fb, Search: s, Traffic: &fb.traffic})
 	return r, sm, fb
 }
 

@@ -396,25 +396,33 @@ func (s *streamer) stopWatchdog() {
 
 // tick is one watchdog round (on the timer's goroutine).
 func (s *streamer) tick() {
+	if wait, again := s.round(s.x.r.now().UnixNano()); again {
+		s.watch.Reset(wait)
+	}
+}
+
+// round does what is due at now (unix nanos): it ends the stream at a cap,
+// or writes a keep-alive. It returns when the watchdog is due again, and
+// false when it is not to run again.
+func (s *streamer) round(now int64) (wait time.Duration, again bool) {
 	o := s.x.r.opts
 	// The caps cancel without mu: a write blocked on a client that does
 	// not read holds mu (until its write deadline), and must not hold up
 	// ending the backend call. (cancel is safe to call at any time; after
 	// the stream ended it changes nothing.)
-	now := s.x.r.now().UnixNano()
 	if now >= s.endBy {
 		s.cancel(errStreamTotal)
-		return
+		return 0, false
 	}
 	idleAt := s.lastUpstream.Load() + int64(o.StreamIdle)
 	if now >= idleAt {
 		s.cancel(errStreamIdle)
-		return
+		return 0, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return
+		return 0, false
 	}
 	due := int64(keepAliveDue(o.KeepAlive))
 	if now-s.lastWrite.Load() >= due && s.writeErr == nil {
@@ -432,7 +440,7 @@ func (s *streamer) tick() {
 	if s.writeErr == nil {
 		next = min(next, s.lastWrite.Load()+due)
 	}
-	s.watch.Reset(max(time.Duration(next-now), watchdogMinWait))
+	return max(time.Duration(next-now), watchdogMinWait), true
 }
 
 // notEventStream is the error of a 2xx answer to a stream that is not an

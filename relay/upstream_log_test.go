@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/syncbuf"
 )
 
@@ -25,28 +24,12 @@ func TestUpstreamErrorLogSaysWhatTheBackendAnswered(t *testing.T) {
 		fmt.Fprintf(w, `{"object":"error","message":"The model `+"`qwen3-coder`"+` does not exist. Served at http://10.0.0.5:8000/v1 %s","type":"NotFoundError","param":null,"code":404}`, long)
 	}))
 	defer up.Close()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-listen: {api: "127.0.0.1:0"}
-store: {sqlite: data/t.db}
-models:
-  - id: m
-    kind: chat
-    context_length: 1000
-    max_output_tokens: 100
-    backends:
-      - class: network
-        upstream_model: qwen3-coder
-        rates: {input: "0.15", output: "0.6"}
-        nodes: [{name: gpu-a, url: %q, flavour: vllm}]
-`, up.URL+"/v1")), ".", func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := catalog(netModel("m", "qwen3-coder", 1000, 100, 0, NodeSpec{Name: "gpu-a", URL: up.URL + "/v1"}))
 	var logged syncbuf.Buffer
-	r := New(NewCatalog(cfg, nil), Options{}, Deps{Log: slog.New(slog.NewJSONHandler(&logged, nil))})
+	r := New(NewCatalog(cat, nil), Options{}, Deps{Log: slog.New(slog.NewJSONHandler(&logged, nil))})
 	w := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-	err = r.ServeChat(w, req, &Call{RequestID: "req-1", Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)})
+	err := r.ServeChat(w, req, &Call{RequestID: "req-1", Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)})
 	if tollgate.ErrorCode(err) != tollgate.CodeUpstreamError {
 		t.Fatalf("ServeChat: %v, want upstream_error", err)
 	}

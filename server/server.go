@@ -51,8 +51,8 @@ type Server struct {
 	Idempotency *idempotency.Keeper
 	// Metrics records every chat request; nil: no metrics.
 	Metrics *metrics.Metrics
-	// Version is reported by /healthz.
-	Version string
+	// Version and Commit are reported by /healthz.
+	Version, Commit string
 	// Tracer makes a span per chat request (and the auth span); nil: no tracing.
 	Tracer trace.Tracer
 	// RequestLog, when set, takes each request's log line as JSON written
@@ -238,7 +238,8 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	b, _ := json.Marshal(struct {
 		Status  string `json:"status"`
 		Version string `json:"version,omitempty"`
-	}{"ok", s.Version})
+		Commit  string `json:"commit,omitempty"`
+	}{"ok", s.Version, s.Commit})
 	_, _ = w.Write(append(b, '\n'))
 	return nil
 }

@@ -99,8 +99,12 @@ type Behaviour struct {
 	ReasoningTokens int  // reasoning tokens when the model reasons (0: 8)
 	AlwaysReason    bool // a thinking model: reasons even when not asked to
 	NoToolCalls     bool // answer with text even when tools are offered
-	ToolCalls       int  // tool calls made when tools are offered (0: 1)
-	CachedTokens    int  // prompt tokens reported as cached (capped at the prompt)
+	// Echo answers with the last user message's text (its [sim ...] marker
+	// taken out) instead of made-up words, one token per 1 to 3 bytes: for
+	// a client that must show a model's output as text, whatever it holds.
+	Echo         bool
+	ToolCalls    int // tool calls made when tools are offered (0: 1)
+	CachedTokens int // prompt tokens reported as cached (capped at the prompt)
 
 	Fault      Fault // failure to inject
 	FaultAfter int   // tokens streamed before stall, cut, malformed and stream_error (0: 2)
@@ -161,8 +165,8 @@ type override struct {
 	set bool
 	b   Behaviour
 	// which fields were given
-	ttft, gap, tokens, reasoning, tools, cached, fault, after, usage bool
-	search, searches, searchTurns, searchFault, cite, citeForeign    bool
+	ttft, gap, tokens, reasoning, tools, cached, fault, after, usage, echo bool
+	search, searches, searchTurns, searchFault, cite, citeForeign          bool
 }
 
 func (o *override) apply(b Behaviour) Behaviour {
@@ -215,6 +219,9 @@ func (o *override) apply(b Behaviour) Behaviour {
 	}
 	if o.citeForeign {
 		b.CiteForeign = o.b.CiteForeign
+	}
+	if o.echo {
+		b.Echo = o.b.Echo
 	}
 	return b
 }
@@ -308,6 +315,11 @@ func (o *override) setSwitch(k, v string) error {
 		n, err = atoi()
 		o.b.CiteForeign = n > 0
 		o.citeForeign = true
+	case "echo":
+		var n int
+		n, err = atoi()
+		o.b.Echo = n > 0
+		o.echo = true
 	case "usage":
 		switch v {
 		case "last", "last_delta":

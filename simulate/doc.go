@@ -1,8 +1,10 @@
 // Package simulate is a model-server simulator: an http.Handler that answers
 // chat completions the way vLLM, SGLang, llama.cpp's llama-server, Ollama's
 // /v1 endpoints, the OpenAI API and OpenRouter do, quirks included, with
-// deterministic text and token counts. tollgate's tests, demo and benchmarks
-// run against it; docs/simulator.md lists every quirk and its source.
+// deterministic text and token counts. It also imitates two web-search
+// providers and Stripe (API, hosted Checkout page, signed webhooks).
+// tollgate's tests, demo and benchmarks run against it; docs/simulator.md
+// lists every quirk and its source.
 //
 // # API
 //
@@ -49,6 +51,23 @@
 //	          WaitStats, WaitIdle
 //	(*RunningSearch) URL, Addr, RefuseConnections, Close, Shutdown (and every *Search method)
 //	type SearchStats struct   Requests, InFlight, Cancelled, Completed
+//
+// Stripe (test mode: Checkout Sessions, PaymentIntents, refunds, customers,
+// the Checkout page at /c/pay/{id}, webhooks, operator actions under /_sim/):
+//
+//	const StripeAPIVersion    "2025-08-27.basil", stripe-go v82's
+//	type StripeConfig struct  SecretKey, PublicURL, WebhookURL, WebhookSecret, WebhookEvents,
+//	                          APIVersion, WebhookDelay, WebhookRetryBase, WebhookRetryMax,
+//	                          WebhookAttempts, WebhookTimeout, WebhookClockSkew, WebhookDuplicates, Decline,
+//	                          SessionLifetime, AsyncDelay, MaxRecorded
+//	func NewStripe(StripeConfig) *Stripe
+//	func StartStripe(StripeConfig) (*RunningStripe, error); func ListenStripe(StripeConfig, addr string) (*RunningStripe, error)
+//	(*Stripe) ServeHTTP, Close, WebhookSecret, DeclineNext, Dispute, CloseDispute, Events,
+//	          Deliveries, WaitDeliveries, SetWebhook, SetWebhookDelay, SetWebhookClockSkew, SetWebhookDuplicates,
+//	          HoldWebhooks, ReleaseWebhooks, ResendEvent, RollWebhookSecret, Requests, LastRequest
+//	(*RunningStripe) URL, RefuseConnections, Close, Shutdown (and every *Stripe method)
+//	type StripeEvent struct   ID, Type, Payload (the exact bytes delivered)
+//	type WebhookDelivery struct EventID, Type, Attempt, Copy, Status, Err, At; OK
 //
 // # Per-request switches
 //

@@ -406,3 +406,51 @@ func TestLlamaCppReasoningLeftInContent(t *testing.T) {
 		}
 	}
 }
+
+// echo=1 answers with the user's text, marker taken out, byte for byte
+// (HTML and quotes included), streamed or not, one token per 1 to 3 bytes;
+// max_tokens cuts it like any answer.
+func TestEcho(t *testing.T) {
+	payload := `<img src=x onerror="alert(1)"> **bold** <script>alert('é')</script>`
+	msg, _ := json.Marshal(payload + " [sim echo=1]")
+	for _, f := range Flavours() {
+		_, ts := newTS(t, Config{Flavour: f})
+		resp, err := post(t, context.Background(), ts.URL, `{"model":"m","messages":[{"role":"user","content":`+string(msg)+`}]}`, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := readAllBody(t, resp)
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+				Finish string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage struct {
+				Completion int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Choices) == 0 {
+			t.Fatalf("%s: %v: %s", f, err, body)
+		}
+		if got := out.Choices[0].Message.Content; got != payload {
+			t.Errorf("%s: echo = %q, want %q", f, got, payload)
+		}
+		if n := out.Usage.Completion; n != len(fragments(payload)) {
+			t.Errorf("%s: %d completion tokens, want %d (one per fragment)", f, n, len(fragments(payload)))
+		}
+		resp, err = post(t, context.Background(), ts.URL, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":`+string(msg)+`}]}`, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = readAllBody(t, resp)
+		out.Choices = nil
+		if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Choices) == 0 {
+			t.Fatalf("%s: %v: %s", f, err, body)
+		}
+		if got := out.Choices[0].Message.Content; got != strings.Join(fragments(payload)[:3], "") || out.Choices[0].Finish != "length" {
+			t.Errorf("%s: echo cut at 3 tokens = %q (%s)", f, got, out.Choices[0].Finish)
+		}
+	}
+}

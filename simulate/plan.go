@@ -261,3 +261,16 @@ func fragments(s string) []string {
 	}
 	return out
 }
+
+// echoText is the text an echoing model answers: the last user message's
+// (raw, still-escaped JSON) text with its [sim ...] marker taken out and
+// the ends trimmed, everything else as sent.
+func echoText(raw []byte) string {
+	s := jsonText(raw)
+	if i := strings.Index(s, "[sim "); i >= 0 {
+		if j := strings.IndexByte(s[i:], ']'); j >= 0 {
+			s = s[:i] + s[i+j+1:]
+		}
+	}
+	return strings.TrimSpace(s)
+}

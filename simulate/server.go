@@ -631,6 +631,16 @@ func (s *Server) plan(req *chatRequest, beh Behaviour, clientCalls int) *plan {
 			c.finish = "tool_calls"
 			continue
 		}
+		if beh.Echo {
+			echo := fragments(echoText(req.lastUser))
+			got := take(len(echo))
+			c.content = echo[:got]
+			c.tokens += got
+			if got < len(echo) {
+				c.finish = "length"
+			}
+			continue
+		}
 		want := outTokens
 		got := take(want)
 		c.content = make([]string, 0, got)

@@ -30,7 +30,7 @@ func mustOpen(tb testing.TB, path string) *sqlite.DB {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) tollgate.Store { return mustOpen(t, "") })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return mustOpen(t, "") })
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {

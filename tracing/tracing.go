@@ -1,5 +1,5 @@
-// Package tracing exports OpenTelemetry traces over OTLP/HTTP when the
-// config asks for it (tracing.endpoint). The server and the relay make the
+// Package tracing exports OpenTelemetry traces over OTLP/HTTP when an
+// endpoint is set (the config's tracing.endpoint). The server and the relay make the
 // spans through the OpenTelemetry API; with tracing off they get no tracer
 // and make none, so a request pays nothing for it.
 package tracing
@@ -14,8 +14,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/tollgate/tollgate/config"
 )
 
 // Propagator reads and writes W3C trace context (traceparent, tracestate):
@@ -27,21 +25,34 @@ type Provider struct {
 	tp *sdktrace.TracerProvider
 }
 
-// New builds the exporter and provider for the config's tracing section;
-// nil (and no error) when tracing is off.
-func New(c *config.Tracing, version string) (*Provider, error) {
-	if !c.Enabled() {
+// Options say where spans go and which are kept.
+type Options struct {
+	// Endpoint is the collector's OTLP/HTTP traces URL; empty: tracing off.
+	Endpoint string
+	// Headers go with every export (an API key, say).
+	Headers map[string]string
+	// SampleRatio is the share of new traces kept, 0 to 1. A request that
+	// arrives with a sampled traceparent is always traced.
+	SampleRatio float64
+	// ServiceName is service.name on every span.
+	ServiceName string
+}
+
+// New builds the exporter and provider; nil (and no error) when o has no
+// endpoint.
+func New(o Options, version string) (*Provider, error) {
+	if o.Endpoint == "" {
 		return nil, nil
 	}
-	opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(c.Endpoint)}
-	if len(c.Headers) > 0 {
-		opts = append(opts, otlptracehttp.WithHeaders(c.Headers))
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(o.Endpoint)}
+	if len(o.Headers) > 0 {
+		opts = append(opts, otlptracehttp.WithHeaders(o.Headers))
 	}
 	exp, err := otlptracehttp.New(context.Background(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	return NewWithExporter(exp, c.Ratio(), c.ServiceName, version), nil
+	return NewWithExporter(exp, o.SampleRatio, o.ServiceName, version), nil
 }
 
 // NewWithExporter builds a provider around any exporter (tests use the

@@ -123,7 +123,7 @@ func (c *Counter) Close(ctx context.Context) error { return c.Flush(ctx) }
 type ShareOptions struct {
 	// TTL is how long a read is reused. Default 10s.
 	TTL time.Duration
-	// Window is how far back traffic counts. Default 7 days (SPEC.md: network_uptime_7d).
+	// Window is how far back traffic counts. Default 7 days (/pricing's network_uptime_7d).
 	Window time.Duration
 	// Logger receives read failures answered from the previous value. Default slog.Default().
 	Logger *slog.Logger
@@ -159,7 +159,7 @@ func NewShare(store tollgate.TrafficStore, opts ShareOptions) *Share {
 // most once per TTL. If a read fails and an earlier value exists, the
 // earlier value is returned (and the failure logged): /pricing keeps
 // answering through a database hiccup. The share is networkServed/allServed,
-// 1 when allServed is 0 (CONTRACT.md).
+// 1 when allServed is 0 (docs/api.md).
 func (s *Share) Uptime(ctx context.Context) (networkServed, allServed int64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/operator"
 )
 
 // accountsCmd is `tollgate accounts create|list|show|disable|enable`.
@@ -60,8 +61,8 @@ Creates an account with a zero balance and prints its id.`, c.stderr)
 		return err
 	}
 	defer st.Close()
-	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: c.name, Created: time.Now().UTC().Truncate(time.Microsecond)}
-	if err := st.CreateAccount(ctx, a); err != nil {
+	a, err := operator.CreateAccount(ctx, st, c.name, time.Now())
+	if err != nil {
 		return err
 	}
 	if c.json {
@@ -84,14 +85,7 @@ func (c *accountsListCmd) Run(ctx context.Context, args []string) error {
 Lists every account, oldest first.`, c.stderr)
 	c.registerConfigFlag(fs)
 	fs.BoolVar(&c.json, "json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, ""); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, err := c.openFlagsOnly(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -144,7 +138,7 @@ Shows one account and its keys (prefixes only; secrets are never stored).`, c.st
 	if err != nil {
 		return err
 	}
-	money, err := st.Balance(ctx, a.ID)
+	money, err := operator.View(ctx, st, a)
 	if err != nil {
 		return err
 	}
@@ -196,7 +190,7 @@ func (c *accountsSetDisabledCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	if err := st.SetAccountDisabled(ctx, id, c.disabled); err != nil {
+	if _, err := operator.SetDisabled(ctx, st, id, c.disabled); err != nil {
 		return notFound("account", id, err)
 	}
 	fmt.Fprintf(c.stdout, "account %s %sd\n", id, verb)
@@ -222,11 +216,11 @@ expires after 72 hours.`, c.stderr)
 		return err
 	}
 	defer st.Close()
-	token, expires, err := tollgate.IssueInvite(ctx, st, id, time.Now())
+	inv, err := operator.Invite(ctx, st, id, time.Now())
 	if err != nil {
 		return notFound("account", id, err)
 	}
-	fmt.Fprintf(c.stdout, "%s%s\n(one use, expires %s)\n", consoleBase(c.cfg.Listen.API), tollgate.InvitePath(token), expires.Format(time.RFC3339))
+	fmt.Fprintf(c.stdout, "%s%s\n(one use, expires %s)\n", consoleBase(c.cfg.Listen.API), inv.Path, inv.Expires.Format(time.RFC3339))
 	return nil
 }
 

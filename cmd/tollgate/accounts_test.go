@@ -239,24 +239,3 @@ func testStoreCLI(t *testing.T, cfgPath string) {
 		t.Errorf("keys list -h: got %v, want flag.ErrHelp", err)
 	}
 }
-
-func TestParseExpiry(t *testing.T) {
-	now := time.Date(2025, 1, 31, 10, 0, 0, 0, time.UTC)
-	for in, want := range map[string]time.Time{
-		"720h":                      now.Add(720 * time.Hour),
-		"1d":                        now.AddDate(0, 0, 1),
-		"90m":                       now.Add(90 * time.Minute),
-		"2026-02-01":                time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC),
-		"2026-02-01T12:00:00+02:00": time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC),
-	} {
-		got, err := parseExpiry(in, now)
-		if err != nil || !got.Equal(want) {
-			t.Errorf("parseExpiry(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "0d", "-1h", "0s", "2025-01-30", "soon", "1w"} {
-		if _, err := parseExpiry(in, now); err == nil {
-			t.Errorf("parseExpiry(%q): got nil error", in)
-		}
-	}
-}

@@ -58,14 +58,7 @@ the last one.`, c.stderr)
 	c.registerConfigFlag(fs)
 	fs.Var(&c.grace, "grace", "how long past its lease a hold may live, a `DURATION` such as 10m (default: two sweeps and a renewal of the config)")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, ""); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, err := c.openFlagsOnly(ctx, fs, args)
 	if err != nil {
 		return err
 	}

@@ -95,14 +95,14 @@ func TestConsoleOnTheAPIListener(t *testing.T) {
 	}
 	_, page = get("/console/signin")
 	status, overview := post("/console/signin", url.Values{"csrf": {csrfOf(page)}, "account": {h.acct.ID}, "password": {pw}})
-	if status != 200 || !strings.Contains(overview, `id="balance">1.00 USD`) || !strings.Contains(overview, `id="spend-today">0.00 USD`) {
+	if status != 200 || !strings.Contains(overview, `id="balance"><data class="amt" value="1.000000000000"`) || !strings.Contains(overview, `id="spend-today"><data class="amt" value="0.000000000000"`) {
 		t.Fatalf("overview after sign-in: %d\n%s", status, overview)
 	}
 	if status, _, body := h.post("/v1/chat/completions", flatBody, nil); status != 200 {
 		t.Fatalf("request: %d %s", status, body)
 	}
 	h.main.Biller.Wait()
-	if _, overview = get("/console/"); strings.Contains(overview, `id="spend-today">0.00 USD`) || !strings.Contains(overview, "bill-flat") {
+	if _, overview = get("/console/"); strings.Contains(overview, `id="spend-today"><data class="amt" value="0.000000000000"`) || !strings.Contains(overview, "bill-flat") {
 		t.Errorf("the spend did not move after a request:\n%s", overview)
 	}
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 )
 
 // accountsPostCmd is `tollgate accounts credit|debit ACCOUNT_ID AMOUNT`.
@@ -51,22 +51,16 @@ func (c *accountsPostCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	e, err := billing.Post(ctx, st, c.kind, pos[0], amount, c.note, "the CLI as "+cliUser(), time.Now())
+	p, err := operator.Post(ctx, st, c.kind, pos[0], amount, c.note, "the CLI as "+cliUser(), time.Now())
 	if err != nil {
 		return notFound("account", pos[0], err)
 	}
-	b, err := st.Balance(ctx, pos[0])
-	if err != nil {
-		return err
-	}
 	if c.json {
-		return writeJSON(c.stdout, struct {
-			Entry   tollgate.LedgerEntry `json:"entry"`
-			Balance tollgate.Balance     `json:"balance"`
-		}{e, b})
+		return writeJSON(c.stdout, p)
 	}
+	b := p.Balance
 	fmt.Fprintf(c.stdout, "%s %s USD on %s (entry %s); balance %s USD, held %s USD, free %s USD\n",
-		c.kind, amount, pos[0], e.ID, b.Balance, b.Held, b.Free)
+		c.kind, amount, pos[0], p.Entry.ID, b.Balance, b.Held, b.Free)
 	return nil
 }
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -26,18 +26,20 @@ type demoCmd struct {
 }
 
 // demoSimulators are the model servers the demo starts, one per flavour
-// (two vLLM nodes so the coder's network has a pool).
+// (two vLLM nodes so the coder's network has a pool). Each takes prompts as
+// long as the catalogue's context_length of every model it serves
+// (demoConfig), so a prompt the catalogue admits is not refused by its node.
 var demoSimulators = []struct {
 	name string
 	cfg  simulate.Config
 }{
-	{name: "vllm-a", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, NoReasoning: true}},
-	{name: "vllm-b", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, NoReasoning: true}},
-	{name: "sglang", cfg: simulate.Config{Flavour: simulate.SGLang, Models: []string{"llama-3.3-70b"}, NoImages: true, NoPDF: true}},
-	{name: "llamacpp", cfg: simulate.Config{Flavour: simulate.LlamaCpp, Models: []string{"llama-3.3-70b"}, NoImages: true, NoPDF: true}},
-	{name: "ollama", cfg: simulate.Config{Flavour: simulate.Ollama, Models: []string{"gemma3:4b"}, NoTools: true, NoReasoning: true, NoImages: true, NoPDF: true}},
-	{name: "openrouter", cfg: simulate.Config{Flavour: simulate.OpenRouter, Models: []string{"anthropic/claude-sonnet-4.5", "google/gemma-3-4b-it"}, NoPDF: true}},
-	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, NoImages: true, NoPDF: true}},
+	{name: "vllm-a", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, ContextLength: 131072, NoReasoning: true}},
+	{name: "vllm-b", cfg: simulate.Config{Flavour: simulate.VLLM, Models: []string{"qwen3-coder-30b"}, ContextLength: 131072, NoReasoning: true}},
+	{name: "sglang", cfg: simulate.Config{Flavour: simulate.SGLang, Models: []string{"llama-3.3-70b"}, ContextLength: 65536, NoImages: true, NoPDF: true}},
+	{name: "llamacpp", cfg: simulate.Config{Flavour: simulate.LlamaCpp, Models: []string{"llama-3.3-70b"}, ContextLength: 65536, NoImages: true, NoPDF: true}},
+	{name: "ollama", cfg: simulate.Config{Flavour: simulate.Ollama, Models: []string{"gemma3:4b"}, ContextLength: 32768, NoTools: true, NoReasoning: true, NoImages: true, NoPDF: true}},
+	{name: "openrouter", cfg: simulate.Config{Flavour: simulate.OpenRouter, Models: []string{"anthropic/claude-sonnet-4.5", "google/gemma-3-4b-it"}, ContextLength: 131072, NoPDF: true}},
+	{name: "openai", cfg: simulate.Config{Flavour: simulate.OpenAI, Models: []string{"gpt-4.1"}, ContextLength: 65536, NoImages: true, NoPDF: true}},
 }
 
 // demoConfig is the demo's catalogue. It is built to show every rule
@@ -251,7 +253,7 @@ func ensureDemoKey(ctx context.Context, st Store, dir string, credit tollgate.Am
 			return secret, nil
 		}
 	}
-	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "demo", Created: time.Now().UTC()}
+	var acct tollgate.Account
 	accts, err := st.Accounts(ctx)
 	if err != nil {
 		return "", err
@@ -264,25 +266,24 @@ func ensureDemoKey(ctx context.Context, st Store, dir string, credit tollgate.Am
 		}
 	}
 	if !found {
-		if err := st.CreateAccount(ctx, acct); err != nil {
+		if acct, err = operator.CreateAccount(ctx, st, "demo", time.Now()); err != nil {
 			return "", fmt.Errorf("create demo account: %w", err)
 		}
 		// The credit goes through the ledger, like any operator's top-up.
 		if credit > 0 {
-			if _, err := billing.Post(ctx, st, tollgate.LedgerCredit, acct.ID, credit, "demo credit", "tollgate demo", time.Now()); err != nil {
+			if _, err := operator.Post(ctx, st, tollgate.LedgerCredit, acct.ID, credit, "demo credit", "tollgate demo", time.Now()); err != nil {
 				return "", fmt.Errorf("credit demo account: %w", err)
 			}
 		}
 	}
-	secret := tollgate.NewKeySecret()
-	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: acct.ID, Name: "demo", Prefix: tollgate.DisplayPrefix(secret), Created: time.Now().UTC()}
-	if err := st.CreateKey(ctx, k, tollgate.HashKey(secret)); err != nil {
+	k, err := operator.CreateKey(ctx, st, operator.KeyRequest{AccountID: acct.ID, Name: "demo"}, nil, time.Now())
+	if err != nil {
 		return "", fmt.Errorf("create demo key: %w", err)
 	}
-	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, []byte(k.Secret+"\n"), 0o600); err != nil {
 		return "", err
 	}
-	return secret, nil
+	return k.Secret, nil
 }
 
 // ensureDemoAdminToken returns the demo's admin token, made on the first run
@@ -306,9 +307,9 @@ func ensureDemoAdminToken(dir string) (string, error) {
 // demoInvite issues a console invitation for the demo account and returns
 // its path.
 func demoInvite(ctx context.Context, st Store, accountID string) (string, error) {
-	token, _, err := tollgate.IssueInvite(ctx, st, accountID, time.Now())
+	inv, err := operator.Invite(ctx, st, accountID, time.Now())
 	if err != nil {
 		return "", fmt.Errorf("invite the demo account to the console: %w", err)
 	}
-	return tollgate.InvitePath(token), nil
+	return inv.Path, nil
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/internal/syncbuf"
 )
 
@@ -161,5 +163,62 @@ func TestSecondDemoOnOneDirExits(t *testing.T) {
 	stop, _ = start()
 	if code := stop(); code != 0 {
 		t.Fatalf("demo after a stale lock file exited %d", code)
+	}
+}
+
+// Every simulated server of the demo takes prompts as long as the catalogue
+// says each model it serves can take (context_length in /v1/models): a
+// prompt the catalogue admits is not refused by its node.
+func TestDemoNodesTakeTheCatalogueContext(t *testing.T) {
+	t.Setenv("TOLLGATE_DEMO_ADMIN_TOKEN", "demo-test-token-0123456789abcdef")
+	text := demoConfig
+	sims := map[string]int{} // a simulator's URL in the config: its context window
+	for _, s := range demoSimulators {
+		url := "http://" + s.name + ".sim.invalid"
+		text = strings.ReplaceAll(text, "{{"+s.name+"}}", url)
+		sims[url] = s.cfg.ContextLength
+		if sims[url] == 0 {
+			sims[url] = 8192 // the simulator's default (simulate.Config)
+		}
+	}
+	text = strings.NewReplacer("{{api}}", "127.0.0.1:0", "{{admin}}", "127.0.0.1:0", "{{searxng}}", "http://searxng.sim.invalid").Replace(text)
+	path := filepath.Join(t.TempDir(), "tollgate.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, m := range cfg.Models {
+		for _, b := range m.Backends {
+			urls := []string{b.URL}
+			if b.Class == tollgate.ClassNetwork {
+				urls = urls[:0]
+				for _, n := range b.Nodes {
+					urls = append(urls, n.URL)
+				}
+			}
+			for _, u := range urls {
+				var ctxLen int
+				for prefix, n := range sims {
+					if strings.HasPrefix(u, prefix+"/") {
+						ctxLen = n
+					}
+				}
+				if ctxLen == 0 {
+					t.Errorf("model %s: no demo simulator at %s", m.ID, u)
+					continue
+				}
+				checked++
+				if int64(ctxLen) < m.ContextLength {
+					t.Errorf("model %s lists context_length %d, but its %s server refuses prompts over %d tokens", m.ID, m.ContextLength, u, ctxLen)
+				}
+			}
+		}
+	}
+	if checked < 8 {
+		t.Errorf("checked %d servers of the demo catalogue, want every one (8)", checked)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/operator"
 )
 
 // keysCmd is `tollgate keys create|list|revoke`.
@@ -60,14 +62,11 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 	if err := wantArgs(fs, pos, 0, ""); err != nil {
 		return err
 	}
-	var spendLimit tollgate.Amount
+	req := operator.KeyRequest{AccountID: c.account, Name: c.name, Expires: c.expires, Models: splitList(c.models), RPM: c.rpm, TPM: c.tpm}
 	if c.spendLimit != "" {
-		if spendLimit, err = parseUSD("--spend-limit", c.spendLimit, false); err != nil {
+		if req.SpendLimit, err = parseUSD("--spend-limit", c.spendLimit, false); err != nil {
 			return err
 		}
-	}
-	if c.rpm < 0 || c.tpm < 0 {
-		return usageError{"--rpm and --tpm must not be negative"}
 	}
 	if c.account == "" {
 		fs.Usage()
@@ -77,69 +76,37 @@ only its SHA-256 hash is stored, and listings show its first characters.`, c.std
 	if c.now != nil {
 		now = c.now
 	}
-	created := now().UTC().Truncate(time.Microsecond)
-	var expires time.Time
-	if c.expires != "" {
-		if expires, err = parseExpiry(c.expires, created); err != nil {
-			return usageError{err.Error()}
-		}
-	}
-	models := splitList(c.models)
-
 	st, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	var catalogue []string
+	catalogue := []string{}
 	for _, m := range c.cfg.Models {
 		catalogue = append(catalogue, m.ID)
 	}
-	for _, m := range models {
-		if !slices.Contains(catalogue, m) {
-			return usageError{fmt.Sprintf("--models: %q is not in the catalogue (%s)", m, strings.Join(catalogue, ", "))}
-		}
-	}
-	if _, err := st.Account(ctx, c.account); err != nil {
-		return notFound("account", c.account, err)
-	}
-	secret := tollgate.NewKeySecret()
-	k := tollgate.Key{
-		ID:            tollgate.NewID("key_"),
-		AccountID:     c.account,
-		Name:          c.name,
-		Prefix:        tollgate.DisplayPrefix(secret),
-		Created:       created,
-		Expires:       expires,
-		AllowedModels: models,
-		SpendLimit:    spendLimit,
-		RPM:           c.rpm,
-		TPM:           c.tpm,
-	}
-	if k.AllowedModels == nil {
-		k.AllowedModels = []string{}
-	}
-	if err := st.CreateKey(ctx, k, tollgate.HashKey(secret)); err != nil {
-		return notFound("account", c.account, err)
+	created, err := operator.CreateKey(ctx, st, req, catalogue, now())
+	if err != nil {
+		return flagError(notFound("account", c.account, err))
 	}
 	if c.json {
-		return writeJSON(c.stdout, struct {
-			Key    tollgate.Key `json:"key"`
-			Secret string       `json:"secret"`
-		}{k, secret})
+		return writeJSON(c.stdout, created)
 	}
-	fmt.Fprintf(c.stderr, "Created key %s for account %s. The secret below is shown once; store it now.\n", k.ID, k.AccountID)
-	fmt.Fprintln(c.stdout, secret)
+	fmt.Fprintf(c.stderr, "Created key %s for account %s. The secret below is shown once; store it now.\n", created.Key.ID, created.Key.AccountID)
+	fmt.Fprintln(c.stdout, created.Secret)
 	return nil
 }
 
-// parseExpiry is tollgate.ParseExpiry with the flag's name in its errors.
-func parseExpiry(s string, now time.Time) (time.Time, error) {
-	t, err := tollgate.ParseExpiry(s, now)
-	if err != nil {
-		return t, fmt.Errorf("--expires %w", err)
+// flagError turns an operation's refusal of a field (invalid_request with a
+// Param, its message starting with the field's name) into a usage error
+// naming the flag instead: "expires ..." becomes "--expires ...".
+func flagError(err error) error {
+	var te *tollgate.Error
+	if !errors.As(err, &te) || te.Code != tollgate.CodeInvalidRequest || te.Param == "" {
+		return err
 	}
-	return t, nil
+	flag := "--" + strings.ReplaceAll(te.Param, "_", "-")
+	return usageError{flag + strings.TrimPrefix(te.Message, te.Param)}
 }
 
 func splitList(s string) []string {
@@ -167,26 +134,14 @@ Lists keys, oldest first, with their prefixes (the secrets are not stored).`, c.
 	c.registerConfigFlag(fs)
 	fs.StringVar(&c.account, "account", "", "only this account's keys")
 	fs.BoolVar(&c.json, "json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, ""); err != nil {
-		return err
-	}
-	st, err := c.open(ctx)
+	st, err := c.openFlagsOnly(ctx, fs, args)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if c.account != "" {
-		if _, err := st.Account(ctx, c.account); err != nil {
-			return notFound("account", c.account, err)
-		}
-	}
-	keys, err := st.Keys(ctx, c.account)
+	keys, err := operator.ListKeys(ctx, st, c.account)
 	if err != nil {
-		return err
+		return notFound("account", c.account, err)
 	}
 	if c.json {
 		return writeJSON(c.stdout, keys)
@@ -238,7 +193,7 @@ the auth poll interval (default 1s). Revoking twice keeps the first time.`, c.st
 		return err
 	}
 	defer st.Close()
-	if err := st.RevokeKey(ctx, id, time.Now().UTC()); err != nil {
+	if _, err := operator.RevokeKey(ctx, st, "", id, time.Now()); err != nil {
 		return notFound("key", id, err)
 	}
 	fmt.Fprintf(c.stdout, "key %s revoked\n", id)

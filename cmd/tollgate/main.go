@@ -57,7 +57,7 @@ func newCommand(name string, stdout, stderr io.Writer) command {
 	case "bench":
 		return &benchCmd{stdout: stdout, stderr: stderr}
 	case "version":
-		return &versionCmd{stdout: stdout}
+		return &versionCmd{stdout: stdout, stderr: stderr}
 	case "bench-client": // run by bench for its paired phases; not in the help
 		return &benchClientCmd{stdout: stdout, stderr: stderr}
 	}

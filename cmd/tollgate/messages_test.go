@@ -69,6 +69,10 @@ func TestAmountsAndStoreErrorsInWords(t *testing.T) {
 		{[]string{"accounts", "credit", acct.ID, "0", "--config", cfg}, 2, "AMOUNT 0: must be more than zero"},
 		{[]string{"accounts", "credit", acct.ID, "five", "--config", cfg}, 2, `AMOUNT "five": not a decimal number of USD`},
 		{[]string{"keys", "create", "--account", acct.ID, "--spend-limit", "1.0000000000001", "--config", cfg}, 2, "--spend-limit 1.0000000000001: more than 12 decimals"},
+		{[]string{"keys", "create", "--account", acct.ID, "--expires", "yesterday", "--config", cfg}, 2, `--expires "yesterday": want a duration`},
+		{[]string{"keys", "create", "--account", acct.ID, "--models", "gpt-4", "--config", cfg}, 2, `--models: "gpt-4" is not in the catalogue`},
+		{[]string{"keys", "create", "--account", acct.ID, "--tpm", "-1", "--config", cfg}, 2, "--tpm must not be negative"},
+		{[]string{"keys", "create", "--account", "acct_nope", "--config", cfg}, 1, "account acct_nope not found"},
 		{[]string{"accounts", "debit", acct.ID, "5", "--config", cfg}, 1, "tollgate accounts: a debit of 5 USD exceeds the free balance of 0 USD\n"},
 	}
 	for _, c := range cases {
@@ -103,32 +107,45 @@ func TestMissingConfigSaysHowToPointAtOne(t *testing.T) {
 	}
 }
 
-// `tollgate simulate --fault refuse` refuses connections at the TCP level,
-// as a node that is down: the port is closed.
-func TestSimulateFaultRefuseRefusesConnections(t *testing.T) {
+// freeAddr returns a loopback address with a port nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// runSimulate runs `tollgate simulate args...` until the test ends, once
+// its output says ready; it must then exit 0.
+func runSimulate(t *testing.T, ready string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"simulate", "--listen", addr, "--fault", "refuse"}, &out, &errOut) }()
-	defer func() {
+	go func() { done <- run(ctx, append([]string{"simulate"}, args...), &out, &errOut) }()
+	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
-			t.Errorf("simulate exited %d: %s", code, errOut.String())
+			t.Errorf("simulate %v exited %d: %s", args, code, errOut.String())
 		}
-	}()
+	})
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "refusing every connection") {
+	for !strings.Contains(out.String(), ready) {
 		if time.Now().After(deadline) {
-			t.Fatalf("simulate did not start: %q %q", out.String(), errOut.String())
+			t.Fatalf("simulate %v did not start: %q %q", args, out.String(), errOut.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// `tollgate simulate --fault refuse` refuses connections at the TCP level,
+// as a node that is down: the port is closed.
+func TestSimulateFaultRefuseRefusesConnections(t *testing.T) {
+	addr := freeAddr(t)
+	runSimulate(t, "refusing every connection", "--listen", addr, "--fault", "refuse")
 	for i := 0; i < 3; i++ {
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err == nil {

@@ -26,14 +26,7 @@ in the binary, run in order, recorded in schema_migrations). 'tollgate serve'
 does the same at start; several instances may start at once (PostgreSQL
 migrations run under an advisory lock).`, c.stderr)
 	c.registerConfigFlag(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, ""); err != nil {
-		return err
-	}
-	st, err := c.open(ctx) // opening migrates
+	st, err := c.openFlagsOnly(ctx, fs, args) // opening migrates
 	if err != nil {
 		return err
 	}

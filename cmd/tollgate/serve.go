@@ -24,7 +24,6 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/relay"
-	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/tracing"
 	"github.com/tollgate/tollgate/traffic"
@@ -82,14 +81,14 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Auth = auth.New(st, auth.Options{PollInterval: cfg.Auth.Poll.D(), Logger: m.Log})
 	m.Traffic = traffic.NewCounter(st, traffic.CounterOptions{FlushInterval: cfg.Traffic.Flush.D(), Logger: m.Log})
 	m.Share = traffic.NewShare(st, traffic.ShareOptions{TTL: cfg.Traffic.ShareCache.D(), Logger: m.Log})
-	cat := relay.NewCatalog(cfg, nil)
+	cat := relay.NewCatalog(catalogSpec(cfg), nil)
 	deps := relay.Deps{Traffic: m.Traffic, Log: m.Log}
 	if !m.NoMetrics {
 		m.Metrics = metrics.New(buildInfo())
 		deps.Streams = m.Metrics.InflightStreams
 	}
 	if m.Tracing == nil {
-		if m.Tracing, err = tracing.New(&cfg.Tracing, buildInfo().Version); err != nil {
+		if m.Tracing, err = tracing.New(tracingOptions(&cfg.Tracing), buildInfo().Version); err != nil {
 			st.Close()
 			return err
 		}
@@ -97,7 +96,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.Tracing != nil {
 		deps.Tracer = m.Tracing.Tracer()
 	}
-	if svc, err := search.FromConfig(&cfg.Search, nil); err != nil {
+	if svc, err := newSearch(&cfg.Search, nil); err != nil {
 		st.Close()
 		return err
 	} else if svc != nil {
@@ -142,7 +141,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.Server.Metrics = m.Metrics
 	m.Server.RequestLog = m.RequestLog
 	m.Server.Tracer = deps.Tracer
-	m.Server.Version = buildInfo().Version
+	m.Server.Version, m.Server.Commit = buildInfo().Version, buildInfo().Commit
 	m.Server.Ready = func(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
@@ -452,7 +451,7 @@ func (m *Main) Reload(path string) error {
 	if err != nil {
 		return err
 	}
-	m.Relay.SetCatalog(relay.NewCatalog(cfg, m.Relay.Catalog()))
+	m.Relay.SetCatalog(relay.NewCatalog(catalogSpec(cfg), m.Relay.Catalog()))
 	m.Config.Models = cfg.Models
 	return nil
 }

@@ -29,6 +29,11 @@ With --search searxng|brave it serves a simulated web-search provider instead
 (SearXNG's /search?format=json or Brave's /res/v1/web/search); --fault then
 takes a search fault: 500, 403, slow, hang, garbage.
 
+With --stripe it serves a simulated Stripe instead: the API for Checkout
+Sessions, PaymentIntents, refunds and customers (point stripe-go's
+BackendConfig.URL at it), the hosted Checkout page with Pay, Decline and Pay
+later buttons, and signed webhooks to --stripe-webhook-url.
+
 Flags:
 `
 
@@ -76,7 +81,19 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		token     = fs.String("search-token", "", "brave: the only X-Subscription-Token accepted (default: any non-empty token)")
 		noJSON    = fs.Bool("search-no-json", false, "searxng: JSON format not enabled (format=json answers 403)")
 		slow      = fs.Duration("search-slow", 3*time.Second, "how long the search fault slow waits")
+		stripeOn  = fs.Bool("stripe", false, "serve a simulated Stripe (API, Checkout page, webhooks) instead of a model server")
+		sc        stripeFlags
 	)
+	fs.StringVar(&sc.key, "stripe-secret-key", "", "stripe: the only API key accepted (default: any sk_test_ key)")
+	fs.StringVar(&sc.hookURL, "stripe-webhook-url", "", "stripe: the webhook endpoint events are POSTed to (default: none)")
+	fs.StringVar(&sc.secret, "stripe-webhook-secret", "", "stripe: the endpoint's signing secret (default: a new whsec_ secret, printed)")
+	fs.StringVar(&sc.events, "stripe-webhook-events", "", "stripe: comma-separated event types the endpoint receives (default: all)")
+	fs.DurationVar(&sc.delay, "stripe-webhook-delay", 0, "stripe: wait before each webhook delivery")
+	fs.IntVar(&sc.dups, "stripe-webhook-duplicates", 0, "stripe: extra copies of every event delivered")
+	fs.StringVar(&sc.decline, "stripe-decline", "", "stripe: decline every payment with this decline code (generic_decline, insufficient_funds, ...)")
+	fs.DurationVar(&sc.async, "stripe-async-delay", 5*time.Second, "stripe: how long a Pay later payment takes to settle")
+	fs.DurationVar(&sc.lifetime, "stripe-session-lifetime", 24*time.Hour, "stripe: how long an unpaid Checkout Session stays open")
+	fs.StringVar(&sc.public, "stripe-public-url", "", "stripe: base URL of the Checkout pages it hands out (default: the listen address)")
 	fs.Var(&models, "model", "served model name (repeatable; default sim-model)")
 	fs.Usage = func() {
 		fmt.Fprint(c.stderr, simulateUsage)
@@ -87,6 +104,9 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected arguments: %v", fs.Args())}
+	}
+	if *stripeOn {
+		return c.runStripe(ctx, *listen, sc, *noRecord)
 	}
 	if *search != "" {
 		return c.runSearch(ctx, *search, *listen, *fault, *token, *noJSON, *slow, *noRecord)
@@ -192,6 +212,40 @@ func (c *simulateCmd) runSearch(ctx context.Context, provider, listen, fault, to
 		path = "/res/v1/web/search?q=... (header X-Subscription-Token)"
 	}
 	fmt.Fprintf(c.stdout, "simulating %s search on %s%s\n", fl, run.URL(), path)
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return run.Shutdown(shutdown)
+}
+
+// stripeFlags are the --stripe-* flags.
+type stripeFlags struct {
+	key, hookURL, secret, events, decline, public string
+	delay, async, lifetime                        time.Duration
+	dups                                          int
+}
+
+// runStripe serves a simulated Stripe until ctx ends.
+func (c *simulateCmd) runStripe(ctx context.Context, listen string, f stripeFlags, noRecord bool) error {
+	cfg := simulate.StripeConfig{SecretKey: f.key, PublicURL: f.public, WebhookURL: f.hookURL,
+		WebhookSecret: f.secret, WebhookDelay: f.delay, WebhookDuplicates: f.dups, Decline: f.decline,
+		AsyncDelay: f.async, SessionLifetime: f.lifetime, MaxRecorded: 1000}
+	if f.events != "" {
+		cfg.WebhookEvents = strings.Split(f.events, ",")
+	}
+	if noRecord {
+		cfg.MaxRecorded = -1
+	}
+	run, err := simulate.ListenStripe(cfg, listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "simulating Stripe on %s (API %s/v1, Checkout pages %s/c/pay/...)\n", run.URL(), run.URL(), run.URL())
+	if f.hookURL != "" {
+		fmt.Fprintf(c.stdout, "webhooks to %s, signing secret %s\n", f.hookURL, run.WebhookSecret())
+	} else {
+		fmt.Fprintf(c.stdout, "no --stripe-webhook-url: events are kept, not sent (signing secret %s)\n", run.WebhookSecret())
+	}
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -126,6 +126,18 @@ func (c *storeCommand) openWithID(ctx context.Context, fs *flag.FlagSet, args []
 	return st, pos[0], nil
 }
 
+// openFlagsOnly parses args, which must hold flags only, and opens the store.
+func (c *storeCommand) openFlagsOnly(ctx context.Context, fs *flag.FlagSet, args []string) (Store, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, pos, 0, ""); err != nil {
+		return nil, err
+	}
+	return c.open(ctx)
+}
+
 // parseArgs parses flags that may come before, between or after the
 // positional arguments ("keys revoke key_1 --config x.yaml") and returns the
 // positional ones. A negative number is positional ("accounts credit ID

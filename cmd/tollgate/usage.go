@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"github.com/tollgate/tollgate"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 )
 
 // usageCmd is `tollgate usage`: charges summed by account, key, model,
@@ -54,7 +54,7 @@ from now (24h). Without --by and --period, one total row.`, c.stderr)
 	if c.json && c.csv {
 		return usageError{"--json and --csv exclude each other"}
 	}
-	f, err := admin.ParseFilter(c.account, c.key, c.model, c.backend, c.since, c.until, time.Now())
+	f, err := operator.ParseFilter(c.account, c.key, c.model, c.backend, c.since, c.until, time.Now())
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 
@@ -26,10 +27,20 @@ func buildInfo() metrics.Build {
 }
 
 // versionCmd is `tollgate version`.
-type versionCmd struct{ stdout io.Writer }
+type versionCmd struct{ stdout, stderr io.Writer }
 
 func (c *versionCmd) Run(ctx context.Context, args []string) error {
-	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(c.stderr, "Usage: tollgate version")
+		fmt.Fprintln(c.stderr, "\nPrints the binary's version, commit and Go version (/healthz and the")
+		fmt.Fprintln(c.stderr, "tollgate_build_info metric report the same version and commit).")
+	}
+	if err := fs.Parse(args); err != nil {
+		return flagErr(err)
+	}
+	if fs.NArg() > 0 {
 		return usageError{"version takes no arguments"}
 	}
 	b := buildInfo()

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/operator"
 )
 
 // runConsole runs the console's store tests (tollgate.ConsoleStore).
-func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
+func runConsole(t *testing.T, open func(t *testing.T) Store) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s BillingStore, c tollgate.ConsoleStore)
@@ -32,11 +32,7 @@ func runConsole(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		t.Run("Console"+tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := open(t)
-			c, ok := s.(tollgate.ConsoleStore)
-			if !ok {
-				t.Fatal("the store does not implement tollgate.ConsoleStore")
-			}
-			tc.fn(t, s.(BillingStore), c)
+			tc.fn(t, s, s)
 		})
 	}
 }
@@ -93,7 +89,7 @@ func testConsoleInvite(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
 // reset must lock out whoever held one) and revokes their playground keys,
 // and tells the auth caches (AuthVersion); other accounts' sessions stay.
 func testConsoleInviteEndsSessions(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
-	ks := s.(tollgate.KeyStore)
+	ks := s
 	a, play := fundedKey(t, s, usd("1"), nil)
 	own := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Name: "own", Created: t0}
 	if err := ks.CreateKey(ctx(t), own, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
@@ -355,7 +351,7 @@ func testConsoleSavedDays(t *testing.T, s BillingStore, c tollgate.ConsoleStore)
 	h := holdOp(a, k2, usd("0.5"), t0.AddDate(0, 0, 2))
 	apply(t, s, h, settleOp(h, usd("1.000000000001"), t0.AddDate(0, 0, 2)))
 	// The day between has a credit only.
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", "storetest", t0.AddDate(0, 0, 1)); err != nil {
+	if _, err := operator.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("3"), "top-up", "storetest", t0.AddDate(0, 0, 1)); err != nil {
 		t.Fatal(err)
 	}
 	since, until := day.AddDate(0, 0, -1), day.AddDate(0, 0, 3)
@@ -578,16 +574,16 @@ func testConsoleSecret(t *testing.T, _ BillingStore, c tollgate.ConsoleStore) {
 func testConsoleOperatorEntries(t *testing.T, s BillingStore, c tollgate.ConsoleStore) {
 	a, k := fundedKey(t, s, usd("1"), nil)
 	other, _ := fundedKey(t, s, usd("1"), nil)
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("2"), "invoice 7", "the CLI as ops@host", t0.Add(time.Minute)); err != nil {
+	if _, err := operator.Post(ctx(t), s, tollgate.LedgerCredit, a.ID, usd("2"), "invoice 7", "the CLI as ops@host", t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	h := holdOp(a, k, usd("0.1"), t0.Add(2*time.Minute))
 	apply(t, s, h)
 	apply(t, s, settleOp(h, usd("0.05"), t0.Add(2*time.Minute)))
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.5"), "goodwill back", "the operator console from 192.0.2.1", t0.Add(3*time.Minute)); err != nil {
+	if _, err := operator.Post(ctx(t), s, tollgate.LedgerDebit, a.ID, usd("0.5"), "goodwill back", "the operator console from 192.0.2.1", t0.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.Post(ctx(t), s, tollgate.LedgerCredit, other.ID, usd("9"), "not alice's", "x", t0.Add(4*time.Minute)); err != nil {
+	if _, err := operator.Post(ctx(t), s, tollgate.LedgerCredit, other.ID, usd("9"), "not alice's", "x", t0.Add(4*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.OperatorEntries(ctx(t), a.ID, 10)

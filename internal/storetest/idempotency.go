@@ -10,27 +10,14 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/idempotency"
 )
 
-// idemStore is what the idempotency package needs of a store
-// (idempotency.Store); both stores must implement it.
-type idemStore interface {
-	BeginIdempotency(ctx context.Context, c tollgate.IdempotencyClaim) (tollgate.IdempotencyResult, error)
-	RenewIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string, expires time.Time) error
-	CompleteIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string, r tollgate.StoredResponse, expires time.Time) error
-	ReleaseIdempotency(ctx context.Context, k tollgate.IdempotencyKey, owner string) error
-	PurgeIdempotency(ctx context.Context, before, lostExpires time.Time) (int64, error)
-}
-
 // testIdempotency runs the idempotency cases as subtests on one store.
-func testIdempotency(t *testing.T, s tollgate.Store) {
-	is, ok := s.(idemStore)
-	if !ok {
-		t.Fatalf("%T does not implement the idempotency operations", s)
-	}
+func testIdempotency(t *testing.T, s Store) {
 	for _, tc := range []struct {
 		name string
-		fn   func(t *testing.T, s idemStore)
+		fn   func(t *testing.T, s idempotency.Store)
 	}{
 		{"Claim", testIdemClaim},
 		{"CompleteReplay", testIdemCompleteReplay},
@@ -41,14 +28,10 @@ func testIdempotency(t *testing.T, s tollgate.Store) {
 		{"Purge", testIdemPurge},
 		{"Concurrent", testIdemConcurrent},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, is) })
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}
 	t.Run("ChargedThenLost", func(t *testing.T) {
-		bs, ok := s.(BillingStore)
-		if !ok {
-			t.Fatalf("%T does not implement the billing operations", s)
-		}
-		testIdemChargedThenLost(t, bs, is)
+		testIdemChargedThenLost(t, s, s)
 	})
 }
 
@@ -66,7 +49,7 @@ func claim(k tollgate.IdempotencyKey, fp, owner string, now time.Time, lease tim
 	return tollgate.IdempotencyClaim{IdempotencyKey: k, Fingerprint: fingerprint(fp), Owner: owner, Now: now, Expires: now.Add(lease)}
 }
 
-func begin(t *testing.T, s idemStore, c tollgate.IdempotencyClaim, want tollgate.IdempotencyState) tollgate.IdempotencyResult {
+func begin(t *testing.T, s idempotency.Store, c tollgate.IdempotencyClaim, want tollgate.IdempotencyState) tollgate.IdempotencyResult {
 	t.Helper()
 	res, err := s.BeginIdempotency(ctx(t), c)
 	if err != nil {
@@ -78,7 +61,7 @@ func begin(t *testing.T, s idemStore, c tollgate.IdempotencyClaim, want tollgate
 	return res
 }
 
-func testIdemClaim(t *testing.T, s idemStore) {
+func testIdemClaim(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	begin(t, s, claim(k, "body", "req_a", t0, time.Minute), tollgate.IdempotencyStarted)
 	res := begin(t, s, claim(k, "body", "req_b", t0.Add(time.Second), time.Minute), tollgate.IdempotencyInFlight)
@@ -91,7 +74,7 @@ func testIdemClaim(t *testing.T, s idemStore) {
 	begin(t, s, claim(other, "other body", "req_d", t0, time.Minute), tollgate.IdempotencyStarted)
 }
 
-func testIdemCompleteReplay(t *testing.T, s idemStore) {
+func testIdemCompleteReplay(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	begin(t, s, claim(k, "body", "req_a", t0, time.Minute), tollgate.IdempotencyStarted)
 	resp := tollgate.StoredResponse{
@@ -132,7 +115,7 @@ func testIdemCompleteReplay(t *testing.T, s idemStore) {
 	}
 }
 
-func testIdemRelease(t *testing.T, s idemStore) {
+func testIdemRelease(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	begin(t, s, claim(k, "body", "req_a", t0, time.Minute), tollgate.IdempotencyStarted)
 	if err := s.ReleaseIdempotency(ctx(t), k, "req_b"); !errors.Is(err, tollgate.ErrNotFound) {
@@ -152,7 +135,7 @@ func testIdemRelease(t *testing.T, s idemStore) {
 	}
 }
 
-func testIdemLeaseExpiry(t *testing.T, s idemStore) {
+func testIdemLeaseExpiry(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	begin(t, s, claim(k, "body", "req_a", t0, time.Minute), tollgate.IdempotencyStarted)
 	begin(t, s, claim(k, "body", "req_b", t0.Add(time.Minute-time.Microsecond), time.Minute), tollgate.IdempotencyInFlight)
@@ -176,7 +159,7 @@ func testIdemLeaseExpiry(t *testing.T, s idemStore) {
 	begin(t, s, claim(k, "new body", "req_e", t0.Add(3*time.Minute), time.Minute), tollgate.IdempotencyStarted)
 }
 
-func testIdemRenew(t *testing.T, s idemStore) {
+func testIdemRenew(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	begin(t, s, claim(k, "body", "req_a", t0, time.Minute), tollgate.IdempotencyStarted)
 	if err := s.RenewIdempotency(ctx(t), k, "req_a", t0.Add(2*time.Minute)); err != nil {
@@ -189,7 +172,7 @@ func testIdemRenew(t *testing.T, s idemStore) {
 	}
 }
 
-func testIdemTTL(t *testing.T, s idemStore) {
+func testIdemTTL(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	begin(t, s, claim(k, "body", "req_a", t0, time.Minute), tollgate.IdempotencyStarted)
 	forget := t0.Add(24 * time.Hour)
@@ -203,7 +186,7 @@ func testIdemTTL(t *testing.T, s idemStore) {
 	begin(t, s, claim(k, "other", "req_c", forget, time.Minute), tollgate.IdempotencyStarted)
 }
 
-func testIdemPurge(t *testing.T, s idemStore) {
+func testIdemPurge(t *testing.T, s idempotency.Store) {
 	scope := tollgate.NewID("acct_")
 	key := func(name string) tollgate.IdempotencyKey { return tollgate.IdempotencyKey{Scope: scope, Key: name} }
 	// done, expiring at t0+1h; in flight, lease ends at t0+1m; done, expiring at t0+48h.
@@ -236,7 +219,7 @@ func testIdemPurge(t *testing.T, s idemStore) {
 	}
 }
 
-func testIdemConcurrent(t *testing.T, s idemStore) {
+func testIdemConcurrent(t *testing.T, s idempotency.Store) {
 	k := idemKey(t)
 	results, errs := beginAtOnce(s, 20, func(i int) tollgate.IdempotencyClaim {
 		return claim(k, "body", "req_"+string(rune('a'+i)), t0, time.Minute)
@@ -273,7 +256,7 @@ func lostClaim(k tollgate.IdempotencyKey, fp, owner string, now time.Time) tollg
 // it is kept as lost, with the original request id, for every claimant,
 // racing or not, until LostExpires; a purge keeps it rather than delete it.
 // A holder that died uncharged is taken over as before (testIdemLeaseExpiry).
-func testIdemChargedThenLost(t *testing.T, bs BillingStore, s idemStore) {
+func testIdemChargedThenLost(t *testing.T, bs BillingStore, s idempotency.Store) {
 	acct, key := fundedKey(t, bs, usd("1"), nil)
 	charge := func(owner string) {
 		t.Helper()
@@ -327,7 +310,7 @@ func testIdemChargedThenLost(t *testing.T, bs BillingStore, s idemStore) {
 }
 
 // beginAtOnce makes n claims (claimOf(i)) from n goroutines at once.
-func beginAtOnce(s idemStore, n int, claimOf func(i int) tollgate.IdempotencyClaim) ([]tollgate.IdempotencyResult, []error) {
+func beginAtOnce(s idempotency.Store, n int, claimOf func(i int) tollgate.IdempotencyClaim) ([]tollgate.IdempotencyResult, []error) {
 	results := make([]tollgate.IdempotencyResult, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

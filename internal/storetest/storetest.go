@@ -12,11 +12,21 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/idempotency"
 )
+
+// Store is what the suite tests: everything a store keeps for the service
+// (accounts and keys, traffic, billing and the books, the console's
+// records, Idempotency-Keys).
+type Store interface {
+	BillingStore
+	tollgate.ConsoleStore
+	idempotency.Store
+}
 
 // Run runs the suite. open must return a fresh, empty, migrated store for
 // each call (a new file, a new schema); it may register its own cleanup.
-func Run(t *testing.T, open func(t *testing.T) tollgate.Store) {
+func Run(t *testing.T, open func(t *testing.T) Store) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s tollgate.Store)
@@ -36,7 +46,6 @@ func Run(t *testing.T, open func(t *testing.T) tollgate.Store) {
 		{"TrafficWindow", testTrafficWindow},
 		{"TrafficConcurrent", testTrafficConcurrent},
 		{"ConcurrentWrites", testConcurrentWrites},
-		{"Idempotency", testIdempotency},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +54,10 @@ func Run(t *testing.T, open func(t *testing.T) tollgate.Store) {
 			tc.fn(t, s)
 		})
 	}
+	t.Run("Idempotency", func(t *testing.T) {
+		t.Parallel()
+		testIdempotency(t, open(t))
+	})
 	runBilling(t, open)
 	runConsole(t, open)
 }
