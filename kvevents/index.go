@@ -90,7 +90,8 @@ func NewIndex(limit int) *Index {
 	return &Index{byHash: map[uint64]uint64{}, byKey: map[uint64]uint64{}, limit: max(limit, 1)}
 }
 
-// Apply applies a batch's events in order.
+// Apply applies a batch's events in order, then the bound: within a batch
+// a node may store blocks before it reports the evictions that made room.
 func (x *Index) Apply(events []Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -107,6 +108,7 @@ func (x *Index) Apply(events []Event) {
 			x.clear()
 		}
 	}
+	x.bound()
 }
 
 func (x *Index) store(e *Event) {
@@ -133,6 +135,11 @@ func (x *Index) store(e *Event) {
 		x.byKey[k] = h
 		prev = k
 	}
+}
+
+// bound drops the oldest stored blocks past the limit, and compacts the
+// queue of stored hashes.
+func (x *Index) bound() {
 	for len(x.byHash) > x.limit && x.head < len(x.queue) {
 		h := x.queue[x.head]
 		x.head++

@@ -397,3 +397,22 @@ func TestSubscriberWhoseEventsNeverMatchIsNotTrusted(t *testing.T) {
 		t.Fatal("a node whose events matched once is not trusted")
 	}
 }
+
+// A node reports the evictions that made room after the blocks it stored
+// in the same batch: a full index keeps its oldest blocks through it.
+func TestIndexBoundAppliesAfterTheBatch(t *testing.T) {
+	x := NewIndex(14)
+	x.Apply([]Event{storedFor(prompt, 0, 1)}) // 14 blocks: full
+	other := bytes.Repeat([]byte("y"), 4*BlockBytes)
+	x.Apply([]Event{storedFor(other, 0, 100), {Kind: BlockRemoved, Hashes: []uint64{1 + 13, 1 + 12, 1 + 11, 1 + 10}}})
+	keys := PromptKeys(nil, nil, prompt)
+	if got := x.Match(keys); got != 10 || x.Match(keys[:1]) != 1 {
+		t.Fatalf("matched %d of the first prompt (first block: %d), want its first 10 blocks", got, x.Match(keys[:1]))
+	}
+	if b, _ := x.Size(); b != 14 {
+		t.Fatalf("%d blocks, want 14", b)
+	}
+	if got := x.Match(PromptKeys(nil, nil, other)); got != 4 {
+		t.Fatalf("matched %d of the second, want 4", got)
+	}
+}

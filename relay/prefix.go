@@ -113,6 +113,9 @@ type PrefixStats struct {
 	// (kv_events), and EventsLive how many of those nodes are trusted now.
 	EventBlocks, EventBytes int64
 	EventsLive, EventNodes  int
+	// The nodes' batches: applied, of which replayed after a gap; gaps
+	// that could not be replayed; restarts of a node's numbering.
+	EventBatches, EventReplayed, EventLost, EventRestarts int64
 }
 
 // PrefixStats returns the counters of prefix routing and the index sizes.
@@ -129,6 +132,10 @@ func (r *Relay) PrefixStats() PrefixStats {
 			s.EventBlocks += int64(st.Blocks)
 			s.EventBytes += st.Bytes
 			s.EventNodes++
+			s.EventBatches += st.Batches
+			s.EventReplayed += st.Replayed
+			s.EventLost += st.Lost
+			s.EventRestarts += st.Restarts
 			if _, live := n.kv.Match(nil, r.now().UnixNano()); live {
 				s.EventsLive++
 			}

@@ -69,6 +69,7 @@ type workloadResult struct {
 	perNode      []int64 // requests each node served
 	prefix       relay.PrefixStats
 	windows      []float64 // cached share in each window of the run
+	nodeBlocks   int64     // blocks the nodes' caches hold at the end
 }
 
 func (r *workloadResult) cachedShare() float64 {
@@ -147,8 +148,8 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 		fmt.Fprintf(c.stdout, "%s, %s, %d instance(s): %d routed by prefix: %d hits, %d fallbacks to load, %d misses; the index matched %.1f%% of blocks; indexes %d blocks, %d KB\n",
 			r.mix, r.policy, r.instances, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
 		if p.EventNodes > 0 {
-			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; their indexes %d blocks, %d KB\n",
-				p.EventsLive, p.EventNodes, p.EventBlocks, p.EventBytes/1024)
+			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; %d batches (%d replayed after a gap, %d gaps lost, %d restarts); their indexes %d blocks, %d KB (the nodes hold %d blocks, once per instance: %d)\n",
+				p.EventsLive, p.EventNodes, p.EventBatches, p.EventReplayed, p.EventLost, p.EventRestarts, p.EventBlocks, p.EventBytes/1024, r.nodeBlocks, r.nodeBlocks*int64(r.instances))
 		}
 	}
 	if o.window > 0 {
@@ -462,6 +463,7 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int)
 		res.promptTokens += st.PromptTokens
 		res.cachedTokens += st.CachedTokens
 		res.perNode = append(res.perNode, st.Requests)
+		res.nodeBlocks += int64(st.Blocks)
 	}
 	for _, m := range g.mains {
 		p := m.Relay.PrefixStats()
@@ -477,6 +479,10 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int)
 		res.prefix.EventBytes += p.EventBytes
 		res.prefix.EventsLive += p.EventsLive
 		res.prefix.EventNodes += p.EventNodes
+		res.prefix.EventBatches += p.EventBatches
+		res.prefix.EventReplayed += p.EventReplayed
+		res.prefix.EventLost += p.EventLost
+		res.prefix.EventRestarts += p.EventRestarts
 	}
 	return res, nil
 }
