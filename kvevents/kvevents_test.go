@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -414,5 +415,33 @@ func TestIndexBoundAppliesAfterTheBatch(t *testing.T) {
 	}
 	if got := x.Match(PromptKeys(nil, nil, other)); got != 4 {
 		t.Fatalf("matched %d of the second, want 4", got)
+	}
+}
+
+// BenchmarkPromptKeys100KB is the request path's cost of keying a 100 KB
+// prompt for the nodes' events; BenchmarkIndexMatch100KB the match on one
+// node holding half of it among 50 other such prompts.
+func BenchmarkPromptKeys100KB(b *testing.B) {
+	msgs := bytes.Repeat([]byte("the conversation so far, "), 4000)
+	buf := make([]uint64, 0, 2048)
+	b.SetBytes(int64(len(msgs)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = PromptKeys(buf[:0], nil, msgs)
+	}
+}
+
+func BenchmarkIndexMatch100KB(b *testing.B) {
+	msgs := bytes.Repeat([]byte("the conversation so far, "), 4000)
+	x := NewIndex(200_000)
+	for i := 0; i < 50; i++ {
+		other := append([]byte(fmt.Sprint(i)), msgs...)
+		x.Apply([]Event{storedFor(other, 0, uint64(i)<<32)})
+	}
+	x.Apply([]Event{storedFor(msgs[:len(msgs)/2], 0, 99<<32)})
+	keys := PromptKeys(nil, nil, msgs)
+	b.ReportAllocs()
+	for b.Loop() {
+		x.Match(keys)
 	}
 }
