@@ -51,12 +51,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// The watchdog runs from the start: a backend that is slow to send even
 	// its headers (queueing, long prefill) still gets keep-alives to the client.
 	// It also ends a stream at its total cap (no timer of its own).
-	s := &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
-	now := x.r.now().UnixNano()
-	s.lastWrite.Store(now)
-	s.lastUpstream.Store(now)
-	s.endBy = now + int64(x.r.opts.StreamTotal)
-	s.startWatchdog(cancel)
+	s := x.startStreamer(w, cancel)
 	stop := s.stopWatchdog
 	defer stop()
 
@@ -178,29 +173,55 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		x.call.Outcome = "failed"
 		return failure
 	}
+	cost, err := x.settleStream(u, served)
+	if err != nil {
+		return err
+	}
+	if !x.streamOutcome(clientGone, failure) {
+		return nil
+	}
+	s.end(norm.UsageChunk(u, &cost), failure, u, cost)
+	return nil
+}
+
+// settleStream charges a stream that delivered usage u (served: it ended
+// as a stream should) and notes it for the access log.
+func (x *exchange) settleStream(u openai.Usage, served bool) (tollgate.Amount, error) {
 	cost, err := x.cost(u, 0)
 	if err != nil {
-		return fmt.Errorf("price stream: %w", err)
+		return 0, fmt.Errorf("price stream: %w", err)
 	}
 	cost = x.settle(u, cost)
 	x.call.Usage, x.call.Cost = u, cost
 	if served || u.CompletionTokens > 0 || u.PromptTokens > 0 {
 		x.noteServed()
 	}
+	return cost, nil
+}
+
+// streamOutcome notes how a stream ended for the access log; it reports
+// whether its end is to be written (not when the client is gone).
+func (x *exchange) streamOutcome(clientGone bool, failure error) bool {
 	switch {
 	case clientGone:
 		x.call.Outcome = "disconnected"
-		return nil
+		return false
 	case failure != nil:
 		x.call.Outcome = "failed_mid_stream"
 	default:
 		x.call.Outcome = "served"
 	}
+	return true
+}
+
+// end writes a stream's usage chunk and its last event ([DONE] or the
+// failure's error event), with the cost for the trailer (under mu).
+func (s *streamer) end(usageChunk []byte, failure error, u openai.Usage, cost tollgate.Amount) {
 	if !s.committed {
 		s.commit()
 	}
-	s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, &cost))
-	s.buf = x.appendStreamEnd(s.buf, failure)
+	s.buf = openai.AppendData(s.buf[:0], usageChunk)
+	s.buf = s.x.appendStreamEnd(s.buf, failure)
 	s.w.Header().Set("X-Tollgate-Cost", cost.String())
 	if u.Estimated {
 		s.w.Header().Set("X-Tollgate-Usage-Estimated", "true")
@@ -209,7 +230,18 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// chunked terminator and the cost trailer) when the handler returns, one
 	// write where a flush here made two.
 	_, _ = s.w.Write(s.buf)
-	return nil
+}
+
+// startStreamer makes the streamer of a response to w and starts its
+// watchdog, which ends the stream through cancel.
+func (x *exchange) startStreamer(w http.ResponseWriter, cancel context.CancelCauseFunc) *streamer {
+	s := &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
+	now := x.r.now().UnixNano()
+	s.lastWrite.Store(now)
+	s.lastUpstream.Store(now)
+	s.endBy = now + int64(x.r.opts.StreamTotal)
+	s.startWatchdog(cancel)
+	return s
 }
 
 // progressRecorder is what a Biller with a charge journal offers
@@ -375,7 +407,7 @@ func (s *streamer) startWatchdog(cancel context.CancelCauseFunc) {
 
 // keepAliveDue is how long after the last write the keep-alive comment is
 // sent: a tenth earlier than KeepAlive, at most 250 ms, so that the timer's
-// and the scheduler's delays never let a gap exceed KeepAlive (CONTRACT.md:
+// and the scheduler's delays never let a gap exceed KeepAlive (docs/api.md, "Keep-alives":
 // comments at least every 15 s).
 func keepAliveDue(keepAlive time.Duration) time.Duration {
 	return keepAlive - min(keepAlive/10, 250*time.Millisecond)

@@ -486,10 +486,7 @@ models:
 		st := m.Biller.Stats()
 		fmt.Fprintf(c.stdout, "billing: %d holds (%d in memory, %d reservation top-ups), %d settled, %d released, %d batches (%.1f operations a batch)\n",
 			st.Holds, st.InMemory, st.Reserves, st.Settled, st.Released, st.Batches, float64(st.Ops)/float64(max(st.Batches, 1)))
-		var syncs int64
-		if db, ok := m.Store.(interface{ WALSyncs() int64 }); ok {
-			syncs = db.WALSyncs()
-		}
+		syncs := m.Store.WALSyncs()
 		fmt.Fprintf(c.stdout, "billing writer: %s writing, %s waiting for company; callers waited %s on average for a durable commit; %d WAL syncs\n\n",
 			st.Writing.Round(time.Millisecond), st.Lingering.Round(time.Millisecond),
 			(st.Waiting / time.Duration(max(st.Ops, 1))).Round(time.Microsecond), syncs)

@@ -368,12 +368,7 @@ store:
 	return bb
 }
 
-func (bb *billBench) syncs() int64 {
-	if db, ok := bb.m.Store.(interface{ WALSyncs() int64 }); ok {
-		return db.WALSyncs()
-	}
-	return 0
-}
+func (bb *billBench) syncs() int64 { return bb.m.Store.WALSyncs() }
 
 // phase runs the closed-loop clients for d and returns the latencies of the
 // requests served, the failures and the time it took.

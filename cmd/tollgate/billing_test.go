@@ -56,15 +56,17 @@ func (h *harness) postKey(key, body string, headers map[string]string) (int, htt
 // for the charge of request id and returns it.
 func ledgerEntry(t *testing.T, st Store, id string) tollgate.LedgerEntry {
 	t.Helper()
-	type entryStore interface {
-		LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry, error)
-	}
-	es := st.(entryStore)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		e, err := es.LedgerEntry(context.Background(), id)
-		if err == nil {
-			return e
+		var found *tollgate.LedgerEntry
+		err := st.Ledger(context.Background(), tollgate.UsageFilter{}, func(e tollgate.LedgerEntry) error {
+			if e.ID == id {
+				found = &e
+			}
+			return nil
+		})
+		if err == nil && found != nil {
+			return *found
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no ledger entry for request %s: %v", id, err)

@@ -319,13 +319,29 @@ var unservedPaths = []string{"/v1/embeddings", "/v1/completions", "/v1/responses
 // file path).
 var docPath = regexp.MustCompile(`(?:^|[\s('"=]|\$[A-Z_]+|://(?:127\.0\.0\.1|localhost|HOST)(?::[0-9]+|:PORT)?)(?:(GET|POST|HEAD|PUT|PATCH|DELETE)\s+)?(/(?:v1|admin|healthz|readyz|metrics|debug/pprof|console|pricing)(?:[A-Za-z0-9_./{}$-]|…)*)`)
 
+// stripePaths are Stripe's API paths, which docs/payments.md names as the
+// requests tollgate sends.
+var stripePaths = []string{"/v1/checkout/sessions", "/v1/checkout/sessions/{id}", "/v1/payment_intents", "/v1/payment_intents/{id}"}
+
 // pathPrefixes are prefixes of served paths that the docs name as such.
 var pathPrefixes = []string{"/v1", "/v1/", "/admin/v1/"}
 
 func TestDocsNameRealPaths(t *testing.T) {
 	spans, _ := docSpans(t)
 	t.Setenv("TG_TEST_ADMIN_TOKEN", "docs-test-token")
-	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n", extraYAML: "admin_token_env: TG_TEST_ADMIN_TOKEN\n"})
+	// Payments on, so that their pages and routes are served; no path
+	// asked here calls the provider, which is nowhere.
+	t.Setenv("TG_TEST_STRIPE_KEY", "sk_test_docs")
+	t.Setenv("TG_TEST_STRIPE_WHSEC", "whsec_docs")
+	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n", extraYAML: `admin_token_env: TG_TEST_ADMIN_TOKEN
+payments:
+  provider: stripe
+  secret_key_env: TG_TEST_STRIPE_KEY
+  webhook_secret_env: TG_TEST_STRIPE_WHSEC
+  api_url: http://127.0.0.1:1
+  console_url: http://127.0.0.1:1/console/
+  auto_topup: true
+`})
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	routeMissing := regexp.MustCompile(`is not served on this listener|is not an admin API route|there is no console page|there is no operator page`)
 	ask := func(listener, method, path string) (int, string) {
@@ -361,7 +377,7 @@ func TestDocsNameRealPaths(t *testing.T) {
 				continue
 			}
 			seen[method+" "+path] = true
-			if slices.Contains(unservedPaths, path) {
+			if slices.Contains(unservedPaths, path) || slices.Contains(stripePaths, path) {
 				continue
 			}
 			url := regexp.MustCompile(`\{[a-z_]+\}`).ReplaceAllString(path, "x")
@@ -391,5 +407,105 @@ func TestDocsNameRealPaths(t *testing.T) {
 		if status, body := ask("api", http.MethodGet, strings.ReplaceAll(p, "{id}", "tg-chat")); status != 404 || !strings.Contains(body, `"code":"not_found"`) {
 			t.Errorf("GET %s, which docs/api.md says is not served: %d %s", p, status, body)
 		}
+	}
+}
+
+// The Compose walkthrough of docs/operations.md sets every variable that
+// deploy/tollgate.yaml names (`serve` refuses to start without one): the
+// compose file passes each to the instances, from a variable the
+// walkthrough exports when the compose file does not build it itself.
+func TestComposeWalkthroughSetsTheConfigsVariables(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	cfg, compose, ops := read("../../deploy/tollgate.yaml"), read("../../deploy/docker-compose.yml"), read("../../docs/operations.md")
+	start := strings.Index(ops, "```sh\ncd deploy\n")
+	if start < 0 {
+		t.Fatal("docs/operations.md has no Compose walkthrough (a block starting `cd deploy`)")
+	}
+	walk := ops[start : start+strings.Index(ops[start+3:], "```")]
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^export (.*)`).FindAllStringSubmatch(walk, -1) {
+		for _, a := range regexp.MustCompile(`([A-Z_]+)=`).FindAllStringSubmatch(m[1], -1) {
+			exported[a[1]] = true
+		}
+	}
+	vars := regexp.MustCompile(`(?m)_env: ([A-Z_]+)`).FindAllStringSubmatch(cfg, -1)
+	if len(vars) < 3 {
+		t.Fatalf("deploy/tollgate.yaml names %d variables; the pattern misses them", len(vars))
+	}
+	for _, v := range vars {
+		m := regexp.MustCompile(`(?m)^\s+` + v[1] + `: (.*)$`).FindStringSubmatch(compose)
+		if m == nil {
+			t.Errorf("deploy/tollgate.yaml names %s, which deploy/docker-compose.yml does not set", v[1])
+			continue
+		}
+		for _, ref := range regexp.MustCompile(`\$\{([A-Z_]+)(:?[-?])?`).FindAllStringSubmatch(m[1], -1) {
+			if ref[2] != ":?" {
+				t.Errorf("deploy/docker-compose.yml: %s comes from ${%s%s...}: an unset variable must stop compose, not start an instance that refuses it", v[1], ref[1], ref[2])
+			}
+			if !exported[ref[1]] {
+				t.Errorf("docs/operations.md's Compose walkthrough does not export %s (deploy/docker-compose.yml builds %s from it)", ref[1], v[1])
+			}
+		}
+	}
+}
+
+// Every relative link of the docs leads to a file that exists and, with a
+// #fragment, to one of its headings (as GitHub makes their anchors), so a
+// fact stated once stays reachable from the docs that point at it.
+func TestDocsLinksResolve(t *testing.T) {
+	_, texts := docSpans(t)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading := regexp.MustCompile("(?m)^#{1,6} (.+)$")
+	anchors := func(text string) map[string]bool {
+		set := map[string]bool{}
+		for _, h := range heading.FindAllStringSubmatch(text, -1) {
+			var b strings.Builder
+			for _, r := range strings.ToLower(strings.TrimSpace(h[1])) {
+				switch {
+				case r == ' ':
+					b.WriteRune('-')
+				case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+					b.WriteRune(r)
+				}
+			}
+			set[b.String()] = true
+		}
+		return set
+	}
+	checked := 0
+	fence := regexp.MustCompile("(?ms)^```.*?^```")
+	for name, text := range texts {
+		prose := inlineCode.ReplaceAllString(fence.ReplaceAllString(text, ""), "")
+		for _, m := range link.FindAllStringSubmatch(prose, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := filepath.Join("../..", filepath.Dir(name), file)
+			if file == "" {
+				path = filepath.Join("../..", name)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				if _, serr := os.Stat(path); serr != nil {
+					t.Errorf("%s: link %s: %v", name, target, serr)
+				}
+				continue
+			}
+			checked++
+			if frag != "" && !anchors(string(b))[frag] {
+				t.Errorf("%s: link %s: %s has no heading #%s", name, target, file, frag)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Errorf("checked %d links in the docs; the pattern misses them", checked)
 	}
 }
