@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // Reservations (docs/billing.md, "Reservations"): an instance reserves a
@@ -254,7 +255,7 @@ func (b *Biller) accountCharge(m *memHold, p *pending, err error) {
 func (b *Biller) chargeResult(p *pending, err error) (tollgate.Amount, error) {
 	op := &p.op
 	if err != nil {
-		return 0, fmt.Errorf("settle %s: %w", op.HoldID, err)
+		return 0, fmt.Errorf("settle %s: %w", op.HoldID, storefail.Wrap("billing.settle", err))
 	}
 	b.settled.Add(1)
 	if op.Uncollected > 0 {
