@@ -40,7 +40,9 @@ func TestWriteErrorOutageAndBug(t *testing.T) {
 		w := httptest.NewRecorder()
 		w.Header().Set("X-Request-Id", "req_test1")
 		WriteError(w, slog.New(slog.NewJSONHandler(&logs, nil)), c.err)
-		var e struct{ Error struct{ Code, Message, Type string } }
+		var e struct {
+			Error struct{ Code, Message, Type string }
+		}
 		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
