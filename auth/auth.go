@@ -212,7 +212,7 @@ func (a *Authenticator) lookup(ctx context.Context, h tollgate.KeyHash) (tollgat
 	a.misses.Add(1)
 	k, acct, err := a.store.KeyByHash(ctx, h)
 	if err != nil && !errors.Is(err, tollgate.ErrNotFound) {
-		err = storefail.Wrap("auth.key", err)
+		err = storefail.Wrap("auth_key", err)
 		code := tollgate.CodeInternal
 		if _, ok := storefail.Op(err); ok {
 			code = tollgate.CodeStoreUnavailable

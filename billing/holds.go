@@ -30,7 +30,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	if !b.opts.NoReserve {
 		id, ok, err := b.holdReserved(h)
 		if err != nil {
-			return "", storefail.Wrap("billing.reserve", err)
+			return "", storefail.Wrap("billing_reserve", err)
 		}
 		if ok {
 			b.holds.Add(1)
@@ -41,7 +41,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	}
 	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpHold, Hold: h})
 	if err != nil {
-		return "", fmt.Errorf("hold for %s: %w", req.RequestID, storefail.Wrap("billing.hold", err))
+		return "", fmt.Errorf("hold for %s: %w", req.RequestID, storefail.Wrap("billing_hold", err))
 	}
 	switch op.Outcome {
 	case tollgate.HoldOK:
@@ -166,7 +166,7 @@ func (b *Biller) journalDone(p *pending) {
 func (b *Biller) settleDone(p *pending, err error) (tollgate.Amount, error) {
 	op, c, holdID := &p.op, &p.op.Charge, p.op.HoldID
 	if err != nil {
-		return 0, fmt.Errorf("settle %s: %w", holdID, storefail.Wrap("billing.settle", err))
+		return 0, fmt.Errorf("settle %s: %w", holdID, storefail.Wrap("billing_settle", err))
 	}
 	if op.Replayed {
 		return op.Charged, nil
@@ -200,7 +200,7 @@ func (b *Biller) Release(ctx context.Context, holdID string) error {
 	}
 	op, err := b.do(op)
 	if err != nil {
-		return fmt.Errorf("release %s: %w", holdID, storefail.Wrap("billing.release", err))
+		return fmt.Errorf("release %s: %w", holdID, storefail.Wrap("billing_release", err))
 	}
 	if !op.Replayed {
 		b.released.Add(1)

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/sqlite"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // chargeGate is a store whose batches with a charge in them wait for open
@@ -23,6 +26,9 @@ type chargeGate struct {
 	db   *sqlite.DB
 	open chan struct{}
 	fail atomic.Bool
+	// away: failing charges fail as an unreachable database does (a
+	// refused connection), not with an error of the database's.
+	away atomic.Bool
 	// lost: the next batch with a charge commits, and its caller is told
 	// it failed (a connection lost during COMMIT).
 	lost atomic.Bool
@@ -32,6 +38,9 @@ func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp
 	for _, op := range ops {
 		if op.Kind == tollgate.OpCharge || op.Kind == tollgate.OpSettle {
 			if g.fail.Load() {
+				if g.away.Load() {
+					return fmt.Errorf("billing batch: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+				}
 				return errors.New("the database is unwell")
 			}
 			<-g.open
@@ -518,6 +527,45 @@ func TestJournalThatCannotBeAppliedIsSetAside(t *testing.T) {
 	}
 	if failed != 1 {
 		t.Errorf("journal directory %v: want one .journal-failed", journalFiles(t, dir))
+	}
+}
+
+// A dead instance's journal is never set aside for an outage of the
+// database, however many recoveries it fails: its charges go in when the
+// database is back.
+func TestJournalWaitsOutAnOutage(t *testing.T) {
+	db, g, dir, a, k := journalSetup(t, true, true)
+	g.away.Store(true)
+	dead, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, c := holdAndCharge(t, dead, a, k)
+	if got, err := dead.Settle(context.Background(), id, c); err != nil || got != c.Cost {
+		t.Fatalf("settle: %s, %v", got, err)
+	}
+	dead.Close() // the charge stays in the journal
+	next, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	for i := range 15 {
+		_, err := next.RecoverJournals(context.Background())
+		if _, outage := storefail.Op(err); !outage {
+			t.Fatalf("recovery %d during the outage: %v, want a store_unavailable error", i+1, err)
+		}
+	}
+	g.fail.Store(false)
+	if n, err := next.RecoverJournals(context.Background()); n != 1 || err != nil {
+		t.Fatalf("recovery once the database is back: %d, %v", n, err)
+	}
+	e, err := db.LedgerEntry(context.Background(), c.RequestID)
+	if err != nil || e.Amount != -c.Cost {
+		t.Fatalf("ledger row %+v, %v", e, err)
+	}
+	if names := journalFiles(t, dir); len(names) != 1 { // next's own
+		t.Errorf("journal directory %v", names)
 	}
 }
 

@@ -255,7 +255,7 @@ func (b *Biller) accountCharge(m *memHold, p *pending, err error) {
 func (b *Biller) chargeResult(p *pending, err error) (tollgate.Amount, error) {
 	op := &p.op
 	if err != nil {
-		return 0, fmt.Errorf("settle %s: %w", op.HoldID, storefail.Wrap("billing.settle", err))
+		return 0, fmt.Errorf("settle %s: %w", op.HoldID, storefail.Wrap("billing_settle", err))
 	}
 	b.settled.Add(1)
 	if op.Uncollected > 0 {

@@ -168,7 +168,7 @@ func (c PrefixCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var descStoreErrors = prometheus.NewDesc(Namespace+"_store_errors_total",
-	"Failed database calls by operation (auth.key, billing.hold, billing.settle, idempotency.begin, ...) and kind: "+
+	"Failed database calls by operation (auth_key, billing_hold, billing_settle, idempotency_begin, ...) and kind: "+
 		"unavailable (the store could not be reached: an outage, answered 503 store_unavailable) or error (anything else).",
 	[]string{"operation", "kind"}, nil)
 

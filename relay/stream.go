@@ -182,7 +182,11 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("price stream: %w", err)
 	}
-	cost = x.settle(u, cost)
+	cost, lost := x.settle(u, cost)
+	if lost != nil && !s.committed && !clientGone {
+		x.call.Outcome = "failed"
+		return lost
+	}
 	x.call.Usage, x.call.Cost = u, cost
 	if served || u.CompletionTokens > 0 || u.PromptTokens > 0 {
 		x.noteServed()
@@ -198,6 +202,14 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	}
 	if !s.committed {
 		s.commit()
+	}
+	if lost != nil {
+		// No cost is shown that is not in the ledger: usage without one,
+		// and the stream ends with the error.
+		s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, nil))
+		s.buf = x.appendStreamEnd(s.buf, lost)
+		_, _ = s.w.Write(s.buf)
+		return nil
 	}
 	s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, &cost))
 	s.buf = x.appendStreamEnd(s.buf, failure)

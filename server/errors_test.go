@@ -28,12 +28,12 @@ func TestWriteErrorOutageAndBug(t *testing.T) {
 		code, op   string
 		retryAfter string
 	}{
-		{"named store call", fmt.Errorf("hold for r: %w", storefail.Wrap("billing.hold", refused)), 503, "store_unavailable", "billing.hold", "2"},
+		{"named store call", fmt.Errorf("hold for r: %w", storefail.Wrap("billing_hold", refused)), 503, "store_unavailable", "billing_hold", "2"},
 		{"unnamed refused connection", fmt.Errorf("query: %w", refused), 503, "store_unavailable", "unnamed", "2"},
 		{"authentication", &tollgate.Error{Code: tollgate.CodeStoreUnavailable, Message: "Authentication is temporarily unavailable.",
-			Err: storefail.Wrap("auth.key", refused)}, 503, "store_unavailable", "auth.key", "2"},
+			Err: storefail.Wrap("auth_key", refused)}, 503, "store_unavailable", "auth_key", "2"},
 		{"a bug", errors.New("nil map"), 500, "internal_error", "", ""},
-		{"a constraint", storefail.Wrap("billing.hold", errors.New("ERROR: duplicate key (SQLSTATE 23505)")), 500, "internal_error", "", ""},
+		{"a constraint", storefail.Wrap("billing_hold", errors.New("ERROR: duplicate key (SQLSTATE 23505)")), 500, "internal_error", "", ""},
 		{"internal with a message", &tollgate.Error{Code: tollgate.CodeInternal, Message: "pricing is unavailable right now"}, 500, "internal_error", "", ""},
 	} {
 		var logs bytes.Buffer

@@ -25,8 +25,8 @@ import (
 
 // Error is a store call that failed because the store could not be reached.
 type Error struct {
-	// Op names the call: "auth.key", "billing.hold", "billing.settle",
-	// "idempotency.begin", ...
+	// Op names the call: "auth_key", "billing_hold", "billing_settle",
+	// "idempotency_begin", ...
 	Op  string
 	Err error
 }

@@ -1,17 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/syncbuf"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/storefail"
@@ -100,23 +103,22 @@ func (g *tcpGate) restore() {
 	g.mu.Unlock()
 }
 
-// pgThroughGate points the harness's store at the test's PostgreSQL schema
-// through a tcpGate. It skips without TOLLGATE_TEST_POSTGRES.
-func pgThroughGate(t *testing.T) (*tcpGate, string) {
+// pgThroughGate makes a PostgreSQL schema for the test and a tcpGate in
+// front of the test's server, and returns the gate, the schema and a URL of
+// the schema through the gate. It skips without TOLLGATE_TEST_POSTGRES.
+func pgThroughGate(t *testing.T) (*tcpGate, string, string) {
 	t.Helper()
 	schema := postgres.NewTestSchema(t)
-	u, err := url.Parse(os.Getenv(postgres.TestEnv))
+	u, err := url.Parse(pgURLWithSchema(t, schema))
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := newTCPGate(t, u.Host)
 	u.Host = g.addr()
 	q := u.Query()
-	q.Set("search_path", schema)
 	q.Set("connect_timeout", "2")
 	u.RawQuery = q.Encode()
-	t.Setenv("TG_OUTAGE_TEST_PG", u.String())
-	return g, "store:\n  postgres_url_env: TG_OUTAGE_TEST_PG\n"
+	return g, schema, u.String()
 }
 
 // envelope is an error answer's body.
@@ -133,7 +135,9 @@ type envelope struct {
 // id in the body and the header, and the log line names the store call;
 // nothing is answered 500. Once the database is back, requests are served.
 func TestStoreOutageAnswered503(t *testing.T) {
-	gate, store := pgThroughGate(t)
+	gate, _, gated := pgThroughGate(t)
+	t.Setenv("TG_OUTAGE_TEST_PG", gated)
+	store := "store:\n  postgres_url_env: TG_OUTAGE_TEST_PG\n"
 	logs := &syncbuf.Buffer{}
 	h := newHarness(t, harnessOptions{store: store, log: slog.New(slog.NewJSONHandler(logs, nil))})
 	// A poor account (free balance below 256 holds) takes a database hold
@@ -172,10 +176,10 @@ func TestStoreOutageAnswered503(t *testing.T) {
 	gate.cut()
 	// The key is in the authentication cache (trusted for 3 polls of 1 s):
 	// the hold and the Idempotency-Key's claim meet the outage.
-	check("non-streamed", chat, bearer, "billing.hold")
-	check("streamed", stream, bearer, "billing.hold")
-	check("idempotent", chat, map[string]string{"Authorization": "Bearer " + poor, "Idempotency-Key": "outage-1"}, "idempotency.begin")
-	check("a key not in the cache", chat, map[string]string{"Authorization": "Bearer " + fresh}, "auth.key")
+	check("non-streamed", chat, bearer, "billing_hold")
+	check("streamed", stream, bearer, "billing_hold")
+	check("idempotent", chat, map[string]string{"Authorization": "Bearer " + poor, "Idempotency-Key": "outage-1"}, "idempotency_begin")
+	check("a key not in the cache", chat, map[string]string{"Authorization": "Bearer " + fresh}, "auth_key")
 	gate.restore()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -196,9 +200,240 @@ func TestStoreOutageAnswered503(t *testing.T) {
 	for _, c := range storefail.Counts() {
 		got[c.Op] = c.Unavailable
 	}
-	for op, least := range map[string]int64{"billing.hold": 2, "idempotency.begin": 1, "auth.key": 1} {
+	for op, least := range map[string]int64{"billing_hold": 2, "idempotency_begin": 1, "auth_key": 1} {
 		if got[op] < least {
 			t.Errorf("store errors counted for %s: %d, want at least %d (%v)", op, got[op], least, got)
 		}
+	}
+}
+
+// outcome is what one client saw of one request.
+type outcome struct {
+	kind   string // "plain", "stream", "idempotent"
+	status int
+	id     string // X-Request-Id
+	code   string // error.code, of the answer or of the stream's error event
+	cost   string // usage.cost shown ("" if none)
+	err    error  // transport error (an instance killed under the request)
+	start  time.Time
+	end    time.Time
+}
+
+// callFleet sends one request of kind to api and reads the whole answer.
+func callFleet(client *http.Client, api, key, kind string, n int) (o outcome) {
+	body := flatBody
+	if kind == "stream" {
+		body = strings.Replace(flatBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+api+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	if kind == "idempotent" {
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("outage-%d-%d", n, time.Now().UnixNano()))
+	}
+	o = outcome{kind: kind, start: time.Now()}
+	defer func() { o.end = time.Now() }()
+	resp, err := client.Do(req)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	defer resp.Body.Close()
+	o.status, o.id = resp.StatusCode, resp.Header.Get("X-Request-Id")
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	var msg usageOrError
+	parse := func(b []byte) {
+		msg.Usage, msg.Error = nil, nil
+		if json.Unmarshal(b, &msg) != nil {
+			return
+		}
+		if msg.Usage != nil && msg.Usage.Cost != "" {
+			o.cost = msg.Usage.Cost
+		}
+		if msg.Error != nil {
+			o.code = msg.Error.Code
+		}
+	}
+	if kind == "stream" && resp.StatusCode == 200 {
+		for _, l := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(l, "data: "); ok && d != "[DONE]" {
+				parse([]byte(d))
+			}
+		}
+	} else {
+		parse(raw)
+	}
+	return o
+}
+
+// fleetLoad runs clients against the fleet's live instances until stop,
+// a mix of non-streamed, streamed and idempotent requests, and returns
+// every outcome.
+func fleetLoad(procs func() []*proc, key string, clients int, stop <-chan struct{}) func() []outcome {
+	var mu sync.Mutex
+	var all []outcome
+	var wg sync.WaitGroup
+	kinds := []string{"plain", "stream", "idempotent"}
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 30 * time.Second}
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ps := procs()
+				o := callFleet(client, ps[(c+n)%len(ps)].api, key, kinds[(c+n)%3], c*100000+n)
+				mu.Lock()
+				all = append(all, o)
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	return func() []outcome { wg.Wait(); return all }
+}
+
+// TestOutageLosesNoCharge: three `tollgate serve` processes on one
+// PostgreSQL under a mixed load; the database goes away (every connection
+// reset, new ones refused) for 3 s, and one instance is killed with
+// kill -9 while it is away. Then, per request id: every cost a client saw
+// is in the ledger, once, to the picodollar; nothing was answered 500; a
+// refusal is 503 store_unavailable; nothing stays held; the audit is clean.
+func TestOutageLosesNoCharge(t *testing.T) {
+	gate, schema, gated := pgThroughGate(t)
+	st := postgres.OpenTestSchema(t, schema)
+	sim := startFlatSim(t)
+	f := &procFleet{t: t, bin: buildBinary(t),
+		config: multiprocConfig(t, "  postgres_url_env: TG_TEST_PG\n", sim.URL()),
+		env:    []string{"TG_TEST_PG=" + gated}}
+	var live struct {
+		sync.Mutex
+		procs []*proc
+	}
+	live.procs = []*proc{f.start(), f.start(), f.start()}
+	procs := func() []*proc { live.Lock(); defer live.Unlock(); return live.procs }
+	opening := tollgate.Dollars(1000)
+	acct, key := fundAccount(t, st, opening)
+
+	stop := make(chan struct{})
+	wait := fleetLoad(procs, key, 9, stop)
+	time.Sleep(1500 * time.Millisecond)
+	gate.cut()
+	down := time.Now()
+	time.Sleep(time.Second)
+	live.Lock()
+	killed := live.procs[2]
+	live.procs = live.procs[:2]
+	live.Unlock()
+	killed.kill9(t)
+	time.Sleep(2 * time.Second)
+	gate.restore()
+	restored := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	all := wait()
+
+	var served, refused, cut, servedDown int
+	var pending tollgate.Amount // shown while the database was away
+	firstBack := time.Time{}    // the first answer served after it came back
+	shown := map[string]tollgate.Amount{}
+	for _, o := range all {
+		if o.status == 200 && o.cost != "" {
+			if o.end.After(down) && o.end.Before(restored) {
+				servedDown++
+				pending += tollgate.MustParseAmount(o.cost)
+			}
+			if o.start.After(restored) && (firstBack.IsZero() || o.end.Before(firstBack)) {
+				firstBack = o.end
+			}
+		}
+		switch {
+		case o.err != nil:
+			cut++ // the killed instance's requests: no answer, no cost shown
+		case o.status == 200:
+			served++
+			if o.code != "" && o.cost != "" {
+				t.Errorf("%s %s: a cost %s shown with error %s", o.kind, o.id, o.cost, o.code)
+			}
+			if o.cost != "" {
+				shown[o.id] = tollgate.MustParseAmount(o.cost)
+			} else if o.code == "" {
+				t.Errorf("%s %s: 200 without a cost", o.kind, o.id)
+			}
+		case o.status == 503 && o.code == "store_unavailable":
+			refused++
+		default:
+			t.Errorf("%s %s: %d %s", o.kind, o.id, o.status, o.code)
+		}
+	}
+	t.Logf("%d requests: %d served, %d refused 503 store_unavailable, %d cut by the kill; "+
+		"%d served while the database was away, charging %s USD then pending; first answer served %.2f s after it came back",
+		len(all), served, refused, cut, servedDown, pending, firstBack.Sub(restored).Seconds())
+	if refused == 0 || servedDown == 0 || firstBack.IsZero() {
+		t.Errorf("the load did not meet the outage (%d refused, %d served during it) or was not served after it (%v)", refused, servedDown, firstBack)
+	}
+
+	// Every cost shown is charged once, to the picodollar, soon after the
+	// database is back (the live instances retry at every sweep; the
+	// killed one's journal is applied by the sweep of another).
+	var missing []string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		missing = missing[:0]
+		for id, cost := range shown {
+			e, err := st.LedgerEntry(context.Background(), id)
+			if err != nil {
+				missing = append(missing, id)
+				continue
+			}
+			if e.Amount != -cost {
+				t.Fatalf("%s: ledger %s, shown %s", id, e.Amount, cost)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(missing) > 0 {
+		logWarnings(t, procs())
+		t.Fatalf("%d of %d costs shown are not in the ledger 20 s after the database came back: %v", len(missing), len(shown), missing[:min(5, len(missing))])
+	}
+	t.Logf("every cost shown in the ledger %.1f s after the database came back", time.Since(restored).Seconds())
+	// Nothing stays held: the killed instance's reservation is swept after
+	// its lease, the live ones give theirs back when idle.
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		b, err := st.Balance(context.Background(), acct.ID)
+		if err == nil && b.Held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logWarnings(t, procs())
+			t.Fatalf("still held 15 s after the load: %+v %v", b, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n, sum := countCharges(t, st, acct.ID)
+	if n < len(shown) {
+		t.Errorf("%d charges for %d costs shown", n, len(shown))
+	}
+	b, _ := st.Balance(context.Background(), acct.ID)
+	if b.Balance != opening-sum {
+		t.Errorf("balance %s, want %s less the charges %s", b.Balance, opening, sum)
+	}
+	mustAudit(t, st)
+	// A new instance serves and charges once.
+	p := f.start()
+	if status, err := postTo(p.api, key, flatBody); err != nil || status != 200 {
+		t.Fatalf("a new instance after the outage: %d %v", status, err)
 	}
 }
