@@ -15,7 +15,6 @@ const (
 	CodeInvalidRequest                   Code = "invalid_request"
 	CodeCapabilityNotSupported           Code = "capability_not_supported"
 	CodeCapabilityCombinationUnsupported Code = "capability_combination_unsupported"
-	CodeParameterNotSupported            Code = "parameter_not_supported" // a control the model's servers would ignore (tool_choice, n)
 	CodeInvalidIdempotencyKey            Code = "invalid_idempotency_key"
 	CodeContextLengthExceeded            Code = "context_length_exceeded"
 	CodeMissingAPIKey                    Code = "missing_api_key"

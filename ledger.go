@@ -179,6 +179,14 @@ type AccountAudit struct {
 	ActiveHolds  int64  `json:"active_holds"`
 	ExpiredHolds int64  `json:"expired_holds"` // active holds whose lease ended before the audit's cut-off
 	Uncollected  Amount `json:"uncollected"`
+	// Payments (docs/payments.md): the net of the payment kinds' rows,
+	// what the account owes as stored and as its rows say, and the payment
+	// credits in the ledger beside the credits of its credited payments.
+	Payments       Amount `json:"payments"`
+	Owed           Amount `json:"owed"`
+	OwedLedger     Amount `json:"owed_ledger"`
+	PaymentCredits Amount `json:"payment_credits"`
+	PaidCredits    Amount `json:"paid_credits"`
 }
 
 // AuditSource is where an audit of the books ran from.

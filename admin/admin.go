@@ -42,6 +42,8 @@ type Options struct {
 	Models []string
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Payments serves the payment routes (nil: payments are off).
+	Payments Payments
 }
 
 // Prefix is where the API is mounted.
@@ -77,6 +79,7 @@ func New(st Store, o Options) *API {
 	a.route("POST /admin/v1/accounts/{id}/debit", a.post(tollgate.LedgerDebit))
 	a.route("GET /admin/v1/usage", a.usage)
 	a.route("GET /admin/v1/audit", a.audit)
+	a.paymentRoutes()
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, a.opts.Log, tollgate.Errorf(tollgate.CodeNotFound, "%s %s is not an admin API route", r.Method, r.URL.Path))
 	})

@@ -147,7 +147,10 @@ type AuditReport struct {
 }
 
 // Audit checks, for every account, that balance = opening + credits −
-// debits − charges (the sum of its ledger), that what is held is the sum of
+// debits − charges + payments (the sum of its ledger), that what it owes
+// is what its refund, dispute and owed_settled entries leave owed, that
+// its payment entries are the credits of its credited payments (each
+// payment credited once), that what is held is the sum of
 // its holds and within the balance, and that no hold's lease ended more than
 // grace ago (a hold the sweeper should have released: orphaned); and for
 // every key, that its spent and held totals match the ledger and the holds.
@@ -162,10 +165,19 @@ func Audit(ctx context.Context, st BooksStore, now time.Time, grace time.Duratio
 	for _, a := range accts {
 		r.Balance += a.Balance
 		r.Held += a.Held
-		sum := a.Opening + a.Credits - a.Debits - a.Charges
+		sum := a.Opening + a.Credits - a.Debits - a.Charges + a.Payments
 		if a.Balance != sum {
-			bad("account %s: balance %s != opening %s + credits %s - debits %s - charges %s = %s",
-				a.AccountID, a.Balance, a.Opening, a.Credits, a.Debits, a.Charges, sum)
+			bad("account %s: balance %s != opening %s + credits %s - debits %s - charges %s + payments %s = %s",
+				a.AccountID, a.Balance, a.Opening, a.Credits, a.Debits, a.Charges, a.Payments, sum)
+		}
+		if a.Owed != a.OwedLedger {
+			bad("account %s: owed %s != what its refund, dispute and owed_settled entries leave owed %s", a.AccountID, a.Owed, a.OwedLedger)
+		}
+		if a.Owed < 0 {
+			bad("account %s: owed %s is below zero", a.AccountID, a.Owed)
+		}
+		if a.PaymentCredits != a.PaidCredits {
+			bad("account %s: payment entries credit %s != the credits of its credited payments %s", a.AccountID, a.PaymentCredits, a.PaidCredits)
 		}
 		if a.Balance < 0 {
 			bad("account %s: balance %s is below zero", a.AccountID, a.Balance)

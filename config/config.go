@@ -43,6 +43,9 @@ type Config struct {
 	// Console configures the web console (config/console.go).
 	Console Console `yaml:"console"`
 
+	// Payments configures payments by account holders (config/payments.go).
+	Payments Payments `yaml:"payments"`
+
 	// Dir is the directory of the config file; relative paths resolve against it.
 	Dir string `yaml:"-"`
 }
@@ -400,6 +403,7 @@ func (c *Config) setDefaults() {
 	def(&c.Traffic.ShareCache, 10*time.Second)
 	c.Idempotency.setDefaults()
 	c.Search.setDefaults()
+	c.Payments.setDefaults()
 	c.Log.setDefaults()
 	c.Tracing.setDefaults()
 	for i := range c.Models {
@@ -529,6 +533,7 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool, d *de
 	c.Log.validate(bad)
 	c.Tracing.validate(getenv, backendSecrets, bad)
 	c.Console.validate(bad)
+	c.Payments.validate(getenv, backendSecrets, bad)
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}

@@ -55,6 +55,9 @@ type Options struct {
 	Password PasswordParams
 	Log      *slog.Logger
 	Now      func() time.Time
+	// Payments serves the payment pages (nil: payments are off, and the
+	// console shows no payment UI).
+	Payments Payments
 }
 
 // Prefix is where the console is mounted on the api listener.
@@ -127,7 +130,7 @@ func New(st Store, o Options) (*Console, error) {
 	if c.secret, err = st.ConsoleSecret(ctx, randomSecret()); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"signin", "invite", "overview", "keys", "activity", "playground", "error"} {
+	for _, name := range []string{"signin", "invite", "overview", "keys", "activity", "playground", "error", "payments"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -157,6 +160,7 @@ func New(st Store, o Options) (*Console, error) {
 	c.mux.HandleFunc("GET /console/activity.csv", c.page(c.signedIn(c.activityCSV)))
 	c.mux.HandleFunc("GET /console/playground", c.page(c.signedIn(c.playground)))
 	c.mux.HandleFunc("POST /console/playground/key", c.page(c.signedIn(c.playgroundKey)))
+	c.paymentRoutes()
 	c.mux.HandleFunc("/console/", c.page(func(w http.ResponseWriter, r *http.Request) error {
 		return tollgate.Errorf(tollgate.CodeNotFound, "there is no console page %s %s", r.Method, r.URL.Path)
 	}))

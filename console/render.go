@@ -24,6 +24,10 @@ type view struct {
 	Error    *tollgate.Error
 	Notice   string
 	Data     any
+	// Payments: payments are on (the Payments link shows).
+	Payments bool
+	// Refresh is a meta refresh's content ("2", "0;url=..."), or "".
+	Refresh string
 }
 
 // publicView is the view of a page shown before sign-in.
@@ -34,7 +38,7 @@ func (c *Console) publicView(w http.ResponseWriter, r *http.Request, title strin
 // accountView is the view of a signed-in page.
 func (c *Console) accountView(r *http.Request, title, nav string) *view {
 	req := current(r)
-	return &view{Title: title, Nav: nav, Account: &req.account, CSRF: sessionCSRF(req.token)}
+	return &view{Title: title, Nav: nav, Account: &req.account, CSRF: sessionCSRF(req.token), Payments: c.o.Payments != nil}
 }
 
 // render executes a page into a buffer first, so a template error becomes
@@ -66,6 +70,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if req := current(r); req != nil {
 		v.Account = &req.account
 		v.CSRF = sessionCSRF(req.token)
+		v.Payments = c.o.Payments != nil
 	}
 	if oq := opCurrent(r); oq != nil {
 		v.Operator, v.Nav, v.CSRF = true, "error", sessionCSRF(oq.token)

@@ -94,6 +94,8 @@ var ReplayedHeaders = []string{
 	"X-Tollgate-Node",
 	"X-Tollgate-Cost",
 	"X-Tollgate-Usage-Estimated",
+	"X-Tollgate-Emulated",
+	"X-Tollgate-Not-Enforced",
 }
 
 // Request is one request that carries an Idempotency-Key.

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate/tollgate"
 )
 
 // Namespace prefixes every tollgate series.
@@ -77,6 +79,10 @@ type Metrics struct {
 	inflight     *prometheus.GaugeVec
 	authFailures *prometheus.CounterVec
 	idempotency  *prometheus.CounterVec
+	// Payments (docs/payments.md).
+	payments        *prometheus.CounterVec
+	webhookRejected *prometheus.CounterVec
+	creditLatency   prometheus.Histogram
 
 	// Resolved series by label tuple: a map lookup instead of the vector's
 	// hashing of every label on every request.
@@ -139,12 +145,22 @@ func New(b Build) *Metrics {
 		[]string{"reason"})
 	m.idempotency = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "idempotency_total",
 		Help: "Requests with an Idempotency-Key by outcome (replayed, in_flight, reused)."}, []string{"outcome"})
+	m.payments = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "payment_events_total",
+		Help: "Payment provider events (and operator re-checks) applied, by outcome (credited, already_credited, unknown_account, account_disabled, mismatch, unpaid, failed, debited, reversed, no_change, unmatched, ignored)."},
+		[]string{"outcome"})
+	m.webhookRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "payment_webhooks_rejected_total",
+		Help: "Payment webhook deliveries refused before any change, by reason (signature: forged, stale or for another secret; body)."},
+		[]string{"reason"})
+	m.creditLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "payment_credit_latency_seconds",
+		Help:    "Time from a payment (the provider's event announcing it) to its credit in the ledger.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 900, 3600, 86400}})
 	m.InflightRequests = m.inflight.WithLabelValues("request")
 	m.InflightStreams = m.inflight.WithLabelValues("stream")
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "1, labelled with the running binary's version, commit and Go version."}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(b.Version, b.Commit, b.GoVersion).Set(1)
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.cost, m.searches, m.inflight, m.authFailures, m.idempotency, info, StoreCollector{},
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.cost, m.searches, m.inflight, m.authFailures, m.idempotency, info,
+		m.payments, m.webhookRejected, m.creditLatency, StoreCollector{},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -224,3 +240,14 @@ func (m *Metrics) AuthFailure(code string) { m.authFailures.WithLabelValues(code
 
 // Idempotency counts a keyed request's outcome: replayed, in_flight or reused.
 func (m *Metrics) Idempotency(outcome string) { m.idempotency.WithLabelValues(outcome).Inc() }
+
+// PaymentEvent counts a payment event applied, by outcome.
+func (m *Metrics) PaymentEvent(outcome tollgate.PaymentOutcome) {
+	m.payments.WithLabelValues(string(outcome)).Inc()
+}
+
+// WebhookRejected counts a payment webhook delivery refused (signature, body).
+func (m *Metrics) WebhookRejected(reason string) { m.webhookRejected.WithLabelValues(reason).Inc() }
+
+// CreditLatency observes the time from a payment to its credit.
+func (m *Metrics) CreditLatency(d time.Duration) { m.creditLatency.Observe(d.Seconds()) }

@@ -349,6 +349,18 @@ type UpstreamOptions struct {
 	// MaxTokens, when > 0 and the client gave no cap, is sent as the output
 	// cap (the cap the request's balance hold was computed for).
 	MaxTokens int64
+	// OneChoice leaves n out: tollgate makes one call per choice itself
+	// (relay/emulate.go), or serves one choice (web search).
+	OneChoice bool
+	// NonStream asks for one JSON answer whatever the client asked
+	// (stream and stream_options left out).
+	NonStream bool
+	// ToolCall, when set, is the JSON schema of the tool call the answer
+	// must be (ToolCallSchema): the client's tools and tool_choice are left
+	// out, the tools are described in a system message, and the answer is
+	// constrained to the schema by response_format (json_schema), which
+	// Ollama and llama.cpp enforce with a grammar.
+	ToolCall []byte
 }
 
 // AppendUpstreamBody appends the body to send upstream: the client's fields
@@ -357,7 +369,8 @@ type UpstreamOptions struct {
 // the output cap named as the flavour understands it, and, for a server that
 // ignores tool_choice "none" (ControlTable), no tools offered at all.
 func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
-	dropTools := r.ToolChoice == ToolChoiceNone && !o.Flavour.Honours(ControlToolChoiceNone)
+	dropTools := r.ToolChoice == ToolChoiceNone && !o.Flavour.Honours(ControlToolChoiceNone) || o.ToolCall != nil
+	stream := r.Stream && !o.NonStream
 	capKey := "max_tokens"
 	if o.Flavour == OpenAI {
 		// OpenAI's reasoning models reject max_tokens; max_completion_tokens works on all.
@@ -378,6 +391,26 @@ func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
 			continue // written last, below
 		case "web_search_options":
 			continue
+		case "n":
+			if o.OneChoice {
+				continue
+			}
+		case "stream":
+			if o.NonStream {
+				continue
+			}
+		case "response_format":
+			if o.ToolCall != nil {
+				continue // the tool call's schema replaces it
+			}
+		case "messages":
+			if o.ToolCall != nil {
+				sep()
+				dst = append(dst, f.rawKey...)
+				dst = append(dst, ':')
+				dst = appendToolSystemMessage(dst, f.val, o.ToolCall)
+				continue
+			}
 		case "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls":
 			if dropTools {
 				continue // the server would call the tools anyway
@@ -395,7 +428,7 @@ func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
 			dst = strconv.AppendInt(dst, r.MaxTokens, 10)
 			continue
 		case "stream_options":
-			if !r.Stream {
+			if !stream {
 				continue // servers such as vLLM reject stream_options without stream
 			}
 			sawStreamOptions = true
@@ -409,9 +442,15 @@ func (r *ChatRequest) AppendUpstreamBody(dst []byte, o UpstreamOptions) []byte {
 		dst = append(dst, ':')
 		dst = append(dst, f.val...)
 	}
-	if r.Stream && !sawStreamOptions {
+	if stream && !sawStreamOptions {
 		sep()
 		dst = append(dst, `"stream_options":{"include_usage":true}`...)
+	}
+	if o.ToolCall != nil {
+		sep()
+		dst = append(dst, `"response_format":{"type":"json_schema","json_schema":{"name":"tool_call","strict":true,"schema":`...)
+		dst = append(dst, o.ToolCall...)
+		dst = append(dst, "}}"...)
 	}
 	if !sawCap && o.MaxTokens > 0 {
 		sep()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/paystore"
 )
 
 // The billing store: holds, the ledger and key rate windows (migration
@@ -419,7 +420,8 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 				SELECT account_id, (sum(amount))::bigint AS amount, count(*) AS n, count(*) FILTER (WHERE expires < $1) AS expired
 				FROM holds GROUP BY account_id)
 			SELECT a.id, a.balance, a.held, coalesce(l.opening, 0), coalesce(l.credits, 0), coalesce(l.debits, 0),
-				coalesce(l.charges, 0), coalesce(l.uncollected, 0), coalesce(h.amount, 0), coalesce(h.n, 0), coalesce(h.expired, 0)
+				coalesce(l.charges, 0), coalesce(l.uncollected, 0), coalesce(h.amount, 0), coalesce(h.n, 0), coalesce(h.expired, 0),
+				`+paystore.AuditColumns+`
 			FROM accounts a LEFT JOIN l ON l.account_id = a.id LEFT JOIN h ON h.account_id = a.id
 			ORDER BY a.created, a.id`, expiredBefore)
 		if err != nil {
@@ -428,7 +430,8 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 		accts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.AccountAudit, error) {
 			var a tollgate.AccountAudit
 			var v [8]int64
-			err := r.Scan(&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds)
+			err := r.Scan(append([]any{&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds},
+				paystore.AuditDest(&a)...)...)
 			a.Balance, a.Held, a.Opening, a.Credits, a.Debits = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3]), tollgate.Amount(v[4])
 			a.Charges, a.Uncollected, a.HoldsSum = tollgate.Amount(v[5]), tollgate.Amount(v[6]), tollgate.Amount(v[7])
 			return a, err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/migrations"
+	"github.com/tollgate/tollgate/internal/paystore"
 )
 
 //go:embed migrations/*.sql
@@ -33,6 +34,8 @@ const migrationLock int64 = 0x746f6c6c67617465
 // DB is a tollgate.Store in PostgreSQL.
 type DB struct {
 	pool *pgxpool.Pool
+
+	paystore.Store // payments (postgres/payments.go)
 }
 
 var _ tollgate.Store = (*DB)(nil)
@@ -55,6 +58,7 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*DB, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", redact(err))
 	}
 	db := &DB{pool: pool}
+	db.Store = db.payments()
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", redact(err))
@@ -261,10 +265,12 @@ func (db *DB) Accounts(ctx context.Context) ([]tollgate.Account, error) {
 const bumpAuthVersion = `UPDATE auth_version SET version = version + 1 WHERE id = 1`
 
 // SetAccountDisabled sets the account's disabled flag and bumps AuthVersion.
+// The operator's decision replaces a disable by payments (payment_hold):
+// an account the operator disables is not enabled again by a won dispute.
 func (db *DB) SetAccountDisabled(ctx context.Context, id string, disabled bool) error {
 	var n int
 	err := db.pool.QueryRow(ctx,
-		`WITH changed AS (UPDATE accounts SET disabled = $2 WHERE id = $1 RETURNING 1),
+		`WITH changed AS (UPDATE accounts SET disabled = $2, payment_hold = false WHERE id = $1 RETURNING 1),
 		      bumped AS (`+bumpAuthVersion+` AND EXISTS (SELECT 1 FROM changed))
 		 SELECT count(*) FROM changed`, id, disabled).Scan(&n)
 	if err != nil {

@@ -1,9 +1,6 @@
 package relay
 
 import (
-	"strings"
-
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
 )
 
@@ -11,19 +8,38 @@ import (
 // request needs (openai.ControlTable): tool_choice "required" or a named
 // function, and n > 1. A server that ignores them answers 200 with the
 // opposite of what was asked, so such a request goes to a node that
-// enforces them or is refused with parameter_not_supported. tool_choice
-// "none" needs no routing: the upstream body offers no tools to a server
-// that ignores it (openai.ChatRequest.AppendUpstreamBody).
-func honouring(m *Model, able []*Backend, cr *openai.ChatRequest) ([]*Backend, error) {
+// honours them; what no node of the model honours is returned as emulate,
+// for tollgate to serve itself (emulate.go): n as n calls, a tool choice
+// through the server's structured output. A control is never refused.
+// tool_choice "none" needs no routing: the upstream body offers no tools to
+// a server that ignores it (openai.ChatRequest.AppendUpstreamBody).
+func honouring(able []*Backend, cr *openai.ChatRequest) (out []*Backend, emulate openai.Control) {
 	must := cr.Controls() &^ openai.ControlToolChoiceNone
 	if must == 0 {
-		return able, nil
+		return able, 0
 	}
+	// Every control honoured by a node; else the tool choice honoured and
+	// n emulated (n costs calls, not fidelity); else n honoured and the
+	// tool choice emulated; else both emulated, on any node.
+	for _, keep := range []openai.Control{must, must &^ openai.ControlN, must & openai.ControlN, 0} {
+		if keep == 0 {
+			return able, must
+		}
+		if out = withControls(able, keep); len(out) > 0 {
+			return out, must &^ keep
+		}
+	}
+	return able, must
+}
+
+// withControls is able narrowed to the nodes whose server honours every
+// control in c.
+func withControls(able []*Backend, c openai.Control) []*Backend {
 	var out []*Backend
 	for _, b := range able {
 		keep := 0
 		for _, n := range b.Nodes {
-			if n.Flavour.Honours(must) {
+			if n.Flavour.Honours(c) {
 				keep++
 			}
 		}
@@ -36,65 +52,12 @@ func honouring(m *Model, able []*Backend, cr *openai.ChatRequest) ([]*Backend, e
 			nb := *b
 			nb.Nodes = make([]*Node, 0, keep)
 			for _, n := range b.Nodes {
-				if n.Flavour.Honours(must) {
+				if n.Flavour.Honours(c) {
 					nb.Nodes = append(nb.Nodes, n)
 				}
 			}
 			out = append(out, &nb)
 		}
 	}
-	if len(out) > 0 {
-		return out, nil
-	}
-	// Name the first control no node can honour (or the first asked, when
-	// only the combination fails).
-	c := must
-	for _, k := range openai.Controls {
-		if must&k == 0 {
-			continue
-		}
-		any := false
-		for _, b := range able {
-			for _, n := range b.Nodes {
-				any = any || n.Flavour.Honours(k)
-			}
-		}
-		if !any {
-			c = k
-			break
-		}
-	}
-	if c == must {
-		for _, k := range openai.Controls {
-			if must&k != 0 {
-				c = k
-				break
-			}
-		}
-	}
-	return nil, &tollgate.Error{Code: tollgate.CodeParameterNotSupported, Param: c.Param(),
-		Message: "model " + m.ID + " cannot honour " + c.Name() + ": the servers behind it (" + flavoursOf(able) +
-			") would ignore it and answer as if it were not set; " + hint(c)}
-}
-
-func hint(c openai.Control) string {
-	if c == openai.ControlN {
-		return "send n separate requests"
-	}
-	return `use tool_choice "auto", or another model`
-}
-
-// flavoursOf lists the distinct flavours of the backends' nodes.
-func flavoursOf(bs []*Backend) string {
-	var names []string
-	seen := map[openai.Flavour]bool{}
-	for _, b := range bs {
-		for _, n := range b.Nodes {
-			if !seen[n.Flavour] {
-				seen[n.Flavour] = true
-				names = append(names, string(n.Flavour))
-			}
-		}
-	}
-	return strings.Join(names, ", ")
+	return out
 }

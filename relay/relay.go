@@ -219,9 +219,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	if err != nil {
 		return err
 	}
-	if able, err = honouring(m, able, cr); err != nil {
-		return err
-	}
+	able, emulate := honouring(able, cr)
 	var pr prefixRoute
 	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
 	defer pr.done()
@@ -234,15 +232,38 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 		defer r.streams.Dec()
 	}
 	if webSearch {
+		// One search loop makes one answer, whose tool calls are the
+		// model's: n and a tool choice no node honours are not enforced
+		// (docs/decisions.md).
+		ne := emulate
+		if cr.N > 1 {
+			ne |= openai.ControlN
+		}
+		if ne != 0 {
+			w.Header().Set(notEnforcedHeader, controlParams(ne))
+		}
 		return r.serveSearch(w, req, call, cr, m, b, node)
 	}
 	outCap := cr.MaxTokens
 	if outCap == 0 {
 		outCap = m.MaxOutputTokens
 	}
+	var toolCall []byte
+	if emulate&toolControls != 0 {
+		if toolCall, err = cr.ToolCallSchema(); err != nil {
+			// No function to constrain the answer to: forwarded as asked.
+			w.Header().Set(notEnforcedHeader, "tool_choice")
+			emulate &^= toolControls
+		}
+	}
+	// A stream for n choices whose tool choice (if any) needs no enforcing
+	// is n live streams (emulate_stream.go); other emulated answers are
+	// made whole first (emulate.go).
+	liveN := cr.Stream && emulate == openai.ControlN
 	bufp := r.bufs.Get().(*[]byte)
 	defer r.bufs.Put(bufp)
-	body := cr.AppendUpstreamBody((*bufp)[:0], openai.UpstreamOptions{Model: b.UpstreamModel, Flavour: node.Flavour, MaxTokens: outCap})
+	body := cr.AppendUpstreamBody((*bufp)[:0], openai.UpstreamOptions{Model: b.UpstreamModel, Flavour: node.Flavour, MaxTokens: outCap,
+		OneChoice: emulate&openai.ControlN != 0, NonStream: emulate != 0 && !liveN, ToolCall: toolCall})
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
@@ -250,6 +271,12 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
+		if toolCall != nil {
+			promptBound = min(promptBound+openai.ToolCallPromptBytes(toolCall), m.ContextLength)
+		}
+		if emulate&openai.ControlN != 0 {
+			promptBound *= cr.N // each of the n calls reads the prompt
+		}
 		amount, err := holdAmount(b.Prices, promptBound, outCap*cr.N)
 		if err != nil {
 			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, maxTokensParam(cr), "the request's cost bound is out of range")
@@ -264,6 +291,12 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 			return err
 		}
 		defer x.releaseUnsettled()
+	}
+	switch {
+	case liveN:
+		return x.streamN(w, req, int(cr.N))
+	case emulate != 0:
+		return x.emulated(w, req, emulate)
 	}
 	if cr.Stream {
 		return x.stream(w, req)
@@ -539,37 +572,65 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err erro
 	if err != nil {
 		return x.transportError(ctx, req, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return x.classifyStatus(resp)
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
+	nr, err := x.readAnswer(resp)
 	if err != nil {
-		x.upstreamFailed()
 		return x.transportError(ctx, req, err)
 	}
-	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
-	if err != nil {
-		x.upstreamFailed()
-		return err
-	}
-	x.upstreamOK()
 	u := nr.FinalUsage(x.promptEstimate)
-	cost, err := x.cost(u, 0)
+	cost, err := x.served(u)
 	if err != nil {
-		return fmt.Errorf("price request: %w", err)
-	}
-	cost, err = x.settle(u, cost)
-	if err != nil {
-		x.call.Outcome = "failed"
 		return err
 	}
-	x.call.Usage, x.call.Cost, x.call.Outcome = u, cost, "served"
-	x.noteServed()
 	bufp := x.r.bufs.Get().(*[]byte)
 	defer x.r.bufs.Put(bufp)
 	out := nr.AppendJSON((*bufp)[:0], u, &cost)
 	*bufp = out
+	x.writeAnswer(w, out, u, cost)
+	return nil
+}
+
+// served records a non-streamed answer with usage u as served: the node
+// answered, the request is charged, and the access log told. It returns
+// the amount charged.
+func (x *exchange) served(u openai.Usage) (tollgate.Amount, error) {
+	x.upstreamOK()
+	cost, err := x.cost(u, 0)
+	if err != nil {
+		return 0, fmt.Errorf("price request: %w", err)
+	}
+	cost, err = x.settle(u, cost)
+	if err != nil {
+		x.call.Outcome = "failed"
+		return 0, err
+	}
+	x.call.Usage, x.call.Cost, x.call.Outcome = u, cost, "served"
+	x.noteServed()
+	return cost, nil
+}
+
+// readAnswer reads a non-streamed upstream answer: the client's error for
+// a non-2xx one, the normalised answer otherwise. It closes resp's body.
+// A failure counts against the node (passive health).
+func (x *exchange) readAnswer(resp *http.Response) (*openai.Response, error) {
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, x.classifyStatus(resp)
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
+	if err != nil {
+		x.upstreamFailed()
+		return nil, err
+	}
+	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
+	if err != nil {
+		x.upstreamFailed()
+	}
+	return nr, err
+}
+
+// writeAnswer writes a non-streamed 200: out, the final body, with the
+// served request's headers.
+func (x *exchange) writeAnswer(w http.ResponseWriter, out []byte, u openai.Usage, cost tollgate.Amount) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType // shared, never changed in place
 	h.Set("Content-Length", strconv.Itoa(len(out)))
@@ -580,7 +641,6 @@ func (x *exchange) nonStream(w http.ResponseWriter, req *http.Request) (err erro
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
-	return nil
 }
 
 // transportError maps a failed upstream exchange: our deadline is 504

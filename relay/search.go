@@ -116,10 +116,6 @@ func (r *Relay) serveSearch(w http.ResponseWriter, req *http.Request, call *Call
 	if err != nil {
 		return err
 	}
-	if cr.N > 1 {
-		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "n",
-			"n must be 1 with web_search_options (got %d): each search loop produces one answer", cr.N)
-	}
 	if f := cr.Field("functions"); f != nil && string(f) != "null" {
 		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "functions",
 			"the legacy functions field cannot be combined with web_search_options; send your functions as tools")
@@ -134,7 +130,7 @@ func (r *Relay) serveSearch(w http.ResponseWriter, req *http.Request, call *Call
 	if outCap == 0 {
 		outCap = m.MaxOutputTokens
 	}
-	sr.base = cr.AppendUpstreamBody(nil, openai.UpstreamOptions{Model: b.UpstreamModel, Flavour: node.Flavour, MaxTokens: outCap})
+	sr.base = cr.AppendUpstreamBody(nil, openai.UpstreamOptions{Model: b.UpstreamModel, Flavour: node.Flavour, MaxTokens: outCap, OneChoice: true})
 	sr.clientMsgs = cr.Field("messages")
 
 	if r.biller != nil {

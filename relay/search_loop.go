@@ -156,19 +156,9 @@ func (sr *searchRequest) callOnce(ctx context.Context, req *http.Request, offere
 	if err != nil {
 		return nil, x.transportError(ctx, req, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return nil, x.classifyStatus(resp)
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.r.opts.MaxUpstreamBody))
+	nr, err := x.readAnswer(resp)
 	if err != nil {
-		x.upstreamFailed()
 		return nil, x.transportError(ctx, req, err)
-	}
-	nr, err := openai.NormalizeResponse(raw, x.completionID(), x.model.ID, x.node.Flavour)
-	if err != nil {
-		x.upstreamFailed()
-		return nil, err
 	}
 	x.upstreamOK()
 	t = &turn{usage: nr.FinalUsage(sr.promptEstimate()).Normalize()}
@@ -331,14 +321,8 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 		x.call.Outcome = "failed"
 		return failure
 	}
-	switch {
-	case clientGone:
-		x.call.Outcome = "disconnected"
+	if !x.streamOutcome(clientGone, failure) {
 		return nil
-	case failure != nil:
-		x.call.Outcome = "failed_mid_stream"
-	default:
-		x.call.Outcome = "served"
 	}
 	if !s.committed {
 		s.commit()

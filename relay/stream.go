@@ -51,12 +51,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// The watchdog runs from the start: a backend that is slow to send even
 	// its headers (queueing, long prefill) still gets keep-alives to the client.
 	// It also ends a stream at its total cap (no timer of its own).
-	s := &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
-	now := x.r.now().UnixNano()
-	s.lastWrite.Store(now)
-	s.lastUpstream.Store(now)
-	s.endBy = now + int64(x.r.opts.StreamTotal)
-	s.startWatchdog(cancel)
+	s := x.startStreamer(w, cancel)
 	stop := s.stopWatchdog
 	defer stop()
 
@@ -178,42 +173,77 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		x.call.Outcome = "failed"
 		return failure
 	}
-	cost, err := x.cost(u, 0)
+	cost, lost, err := x.settleStream(u, served)
 	if err != nil {
-		return fmt.Errorf("price stream: %w", err)
+		return err
 	}
-	cost, lost := x.settle(u, cost)
 	if lost != nil && !s.committed && !clientGone {
 		x.call.Outcome = "failed"
 		return lost
+	}
+	if !x.streamOutcome(clientGone, failure) {
+		return nil
+	}
+	s.endSettled(norm, u, cost, failure, lost)
+	return nil
+}
+
+// endSettled ends a stream with its usage chunk and cost, or, when its
+// charge was lost (settle), with usage without a cost and the error: no
+// cost is shown that is not in the ledger.
+func (s *streamer) endSettled(norm *openai.StreamNormalizer, u openai.Usage, cost tollgate.Amount, failure, lost error) {
+	if lost != nil {
+		s.end(norm.UsageChunk(u, nil), lost, u, nil)
+		return
+	}
+	s.end(norm.UsageChunk(u, &cost), failure, u, &cost)
+}
+
+// settleStream charges a stream that delivered usage u (served: it ended
+// as a stream should) and notes it for the access log. lost is the
+// client's error when the charge could not be recorded (settle).
+func (x *exchange) settleStream(u openai.Usage, served bool) (cost tollgate.Amount, lost, err error) {
+	cost, err = x.cost(u, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("price stream: %w", err)
+	}
+	if cost, lost = x.settle(u, cost); lost != nil {
+		return 0, lost, nil
 	}
 	x.call.Usage, x.call.Cost = u, cost
 	if served || u.CompletionTokens > 0 || u.PromptTokens > 0 {
 		x.noteServed()
 	}
+	return cost, nil, nil
+}
+
+// streamOutcome notes how a stream ended for the access log; it reports
+// whether its end is to be written (not when the client is gone).
+func (x *exchange) streamOutcome(clientGone bool, failure error) bool {
 	switch {
 	case clientGone:
 		x.call.Outcome = "disconnected"
-		return nil
+		return false
 	case failure != nil:
 		x.call.Outcome = "failed_mid_stream"
 	default:
 		x.call.Outcome = "served"
 	}
+	return true
+}
+
+// end writes a stream's usage chunk and its last event ([DONE] or the
+// failure's error event), with the cost for the trailer (under mu; nil:
+// none).
+func (s *streamer) end(usageChunk []byte, failure error, u openai.Usage, cost *tollgate.Amount) {
 	if !s.committed {
 		s.commit()
 	}
-	if lost != nil {
-		// No cost is shown that is not in the ledger: usage without one,
-		// and the stream ends with the error.
-		s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, nil))
-		s.buf = x.appendStreamEnd(s.buf, lost)
-		_, _ = s.w.Write(s.buf)
-		return nil
+	s.buf = openai.AppendData(s.buf[:0], usageChunk)
+	s.buf = s.x.appendStreamEnd(s.buf, failure)
+	if cost != nil {
+		s.w.Header().Set("X-Tollgate-Cost", cost.String())
 	}
-	s.buf = openai.AppendData(s.buf[:0], norm.UsageChunk(u, &cost))
-	s.buf = x.appendStreamEnd(s.buf, failure)
-	s.w.Header().Set("X-Tollgate-Cost", cost.String())
 	if u.Estimated {
 		s.w.Header().Set("X-Tollgate-Usage-Estimated", "true")
 	}
@@ -221,7 +251,18 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	// chunked terminator and the cost trailer) when the handler returns, one
 	// write where a flush here made two.
 	_, _ = s.w.Write(s.buf)
-	return nil
+}
+
+// startStreamer makes the streamer of a response to w and starts its
+// watchdog, which ends the stream through cancel.
+func (x *exchange) startStreamer(w http.ResponseWriter, cancel context.CancelCauseFunc) *streamer {
+	s := &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
+	now := x.r.now().UnixNano()
+	s.lastWrite.Store(now)
+	s.lastUpstream.Store(now)
+	s.endBy = now + int64(x.r.opts.StreamTotal)
+	s.startWatchdog(cancel)
+	return s
 }
 
 // progressRecorder is what a Biller with a charge journal offers

@@ -58,13 +58,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		ri.bodyDeadline = false
 	}
 	if err != nil {
-		// What is left of the body is not worth waiting for (net/http
-		// would read up to 256 KiB of it before answering).
-		w.Header().Set("Connection", "close")
+		// The answer goes at once and the connection closes after it
+		// (linger.go).
 		return err
-	}
-	if ri != nil {
-		ri.bodyRead = true
 	}
 	call.Body = buf.Bytes()
 	return s.serveChat(w, r, call)

@@ -17,7 +17,7 @@ import (
 func StatusOf(c tollgate.Code) int {
 	switch c {
 	case tollgate.CodeInvalidJSON, tollgate.CodeInvalidRequest, tollgate.CodeCapabilityNotSupported,
-		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeParameterNotSupported, tollgate.CodeInvalidIdempotencyKey,
+		tollgate.CodeCapabilityCombinationUnsupported, tollgate.CodeInvalidIdempotencyKey,
 		tollgate.CodeContextLengthExceeded:
 		return http.StatusBadRequest
 	case tollgate.CodeMissingAPIKey, tollgate.CodeInvalidAPIKey, tollgate.CodeAPIKeyRevoked,

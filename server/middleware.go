@@ -51,8 +51,8 @@ type requestInfo struct {
 	call *relay.Call
 	code tollgate.Code // the error answered (WriteError), if any
 	// bodyDeadline: the body's read deadline is set (bodyDeadlineFor) and
-	// not yet cleared; bodyRead: the handler read the body to its end.
-	bodyDeadline, bodyRead bool
+	// not yet cleared.
+	bodyDeadline bool
 }
 
 // infoFrom returns the request's info from the writer the middleware handed
@@ -73,10 +73,12 @@ type statusWriter struct {
 	bytes   int64
 	flushed bool
 	ri      requestInfo // in the same allocation
+	body    bodyWatch   // the request body, when watched (linger.go)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
+		w.closeIfEarly()
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -84,6 +86,7 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
+		w.closeIfEarly()
 		w.status = http.StatusOK
 	}
 	n, err := w.ResponseWriter.Write(b)
@@ -100,11 +103,10 @@ func (w *statusWriter) Flush() {
 
 // sent reports whether the response is complete on the connection once the
 // handler's writes are flushed: a stream (flushed, its end written) or an
-// answer with a Content-Length. Only when the request's body was read to
-// its end: otherwise net/http may yet decide to close the connection, and
-// says so in the header (Connection: close), which must not have left.
-func (w *statusWriter) sent(r *http.Request) bool {
-	if r.ContentLength != 0 && !w.ri.bodyRead {
+// answer with a Content-Length. Not an early answer (linger.go): that one
+// is flushed before the rest of the body is discarded.
+func (w *statusWriter) sent() bool {
+	if w.early() {
 		return false
 	}
 	return w.flushed || w.Header().Get("Content-Length") != ""
@@ -119,6 +121,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		sw.watchBody(r)
 		ri := &sw.ri
 		ri.id = s.ids.next()
 		w.Header().Set("X-Request-Id", ri.id)
@@ -151,6 +154,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			if ri.bodyDeadline {
 				_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 			}
+			if sw.status != 0 && sw.early() {
+				sw.Flush() // the answer leaves now; linger discards the rest of the body after
+			}
 			if chat {
 				s.Metrics.InflightRequests.Dec()
 				s.observe(sw, ri, start)
@@ -166,10 +172,13 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				// the chunked body and the trailer), a second system call
 				// that cost more than the line.
 				d := time.Since(start)
-				if sw.sent(r) && (s.RequestLog == nil || !sw.flushed) {
+				if sw.sent() && (s.RequestLog == nil || !sw.flushed) {
 					sw.Flush()
 				}
 				s.logRequest(r, sw, ri, start, d)
+			}
+			if sw.status != 0 && sw.early() {
+				s.linger(w, sw, r, start)
 			}
 		}()
 		next.ServeHTTP(sw, r)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,12 +62,20 @@ type Server struct {
 	RequestLog io.Writer
 
 	draining atomic.Bool
+	// drainCtx ends lingering reads when the shutdown begins (linger.go).
+	drainOnce sync.Once
+	drainCtx  context.Context
+	drainStop context.CancelFunc
 	// BodyTimeout bounds the time to receive a request body, from the
 	// end of its headers (timeouts.request_body); 0: no bound.
 	BodyTimeout time.Duration
 	// APIExtra are handlers mounted on the API listener beside the protocol
 	// endpoints, by path prefix (the console's /console/).
 	APIExtra map[string]http.Handler
+	// Webhooks are POST endpoints (a payment provider's webhooks, by
+	// path) served on every listener that serves /pricing: the public
+	// listener, and the API listener. Set them before the handlers are built.
+	Webhooks map[string]func(http.ResponseWriter, *http.Request) error
 
 	pricing pricingCache
 	ids     *requestIDs
@@ -109,15 +118,24 @@ var adminRoutes = []route{
 
 // APIHandler serves the protocol endpoints and /pricing.
 func (s *Server) APIHandler() http.Handler {
-	t := s.mux(apiRoutes)
+	t := s.mux(s.withWebhooks(apiRoutes))
 	for p, h := range s.APIExtra {
 		t.Handle(p, h)
 	}
 	return s.middleware(t)
 }
 
-// PublicHandler serves /pricing alone (the public listener).
-func (s *Server) PublicHandler() http.Handler { return s.handler(publicRoutes) }
+// PublicHandler serves /pricing and the webhooks (the public listener).
+func (s *Server) PublicHandler() http.Handler { return s.handler(s.withWebhooks(publicRoutes)) }
+
+// withWebhooks returns routes and the webhooks' routes.
+func (s *Server) withWebhooks(routes []route) []route {
+	out := slices.Clone(routes)
+	for path, h := range s.Webhooks {
+		out = append(out, route{path, "POST", func(_ *Server, w http.ResponseWriter, r *http.Request) error { return h(w, r) }})
+	}
+	return out
+}
 
 // AdminHandler serves health and readiness; extra routes (metrics, admin API)
 // are mounted by the caller with Mount.
@@ -246,7 +264,13 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 
 // SetDraining makes /readyz answer 503 from now on: shutdown has begun, the
 // load balancer should send no more requests.
-func (s *Server) SetDraining() { s.draining.Store(true) }
+// Connections still discarding the body of a refused request (linger.go)
+// close now: a shutdown does not wait for them.
+func (s *Server) SetDraining() {
+	s.draining.Store(true)
+	s.drainContext()
+	s.drainStop()
+}
 
 // readyz is 200 when the instance can serve, else 503 with the reason: the
 // shutdown has begun, the store does not answer, or a model has no node in

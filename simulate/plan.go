@@ -178,6 +178,13 @@ func appendSchemaValue(b []byte, s map[string]any, depth int) []byte {
 	if depth > 8 {
 		return append(b, "null"...)
 	}
+	for _, k := range []string{"anyOf", "oneOf"} {
+		if alts, ok := s[k].([]any); ok && len(alts) > 0 {
+			if first, ok := alts[0].(map[string]any); ok {
+				return appendSchemaValue(b, first, depth+1)
+			}
+		}
+	}
 	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
 		v, _ := json.Marshal(e[0])
 		return append(b, v...)

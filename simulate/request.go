@@ -22,7 +22,11 @@ type chatRequest struct {
 	n               int
 	stop            []string
 
-	toolsRaw       []byte
+	toolsRaw []byte
+	// jsonSchema is response_format's json_schema.schema: the answer is an
+	// instance of it (every flavour constrains output to it with a
+	// grammar; real-servers */chat/24_json_schema).
+	jsonSchema     []byte
 	toolChoice     string // "", "auto", "none", "required", "function"
 	toolChoiceName string
 
@@ -157,6 +161,8 @@ func parseChat(body []byte) (*chatRequest, error) {
 			return next, err
 		case "tool_choice":
 			return r.parseToolChoice(body, vs)
+		case "response_format":
+			return r.parseResponseFormat(body, vs)
 		case "reasoning_format":
 			next, err := skipValue(body, vs)
 			if err == nil && string(body[vs:next]) == `"none"` {
@@ -234,6 +240,26 @@ func (r *chatRequest) parseStop(body []byte, vs int) (int, error) {
 		})
 	}
 	return skipValue(body, vs)
+}
+
+// parseResponseFormat keeps the schema of {"type":"json_schema",
+// "json_schema":{"schema":{...}}}.
+func (r *chatRequest) parseResponseFormat(body []byte, vs int) (int, error) {
+	if body[vs] != '{' {
+		return skipValue(body, vs)
+	}
+	return eachMember(body, vs, func(k []byte, v int) (int, error) {
+		if string(k) != "json_schema" || body[v] != '{' {
+			return skipValue(body, v)
+		}
+		return eachMember(body, v, func(k2 []byte, v2 int) (int, error) {
+			next, err := skipValue(body, v2)
+			if err == nil && string(k2) == "schema" && body[v2] == '{' {
+				r.jsonSchema = body[v2:next]
+			}
+			return next, err
+		})
+	})
 }
 
 func (r *chatRequest) parseToolChoice(body []byte, vs int) (int, error) {

@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -631,12 +632,23 @@ func (s *Server) plan(req *chatRequest, beh Behaviour, clientCalls int) *plan {
 			c.finish = "tool_calls"
 			continue
 		}
-		if beh.Echo {
-			echo := fragments(echoText(req.lastUser))
-			got := take(len(echo))
-			c.content = echo[:got]
+		// Fixed content: constrained output (an instance of the
+		// response_format schema, as a grammar-constrained server gives),
+		// or the echo of the prompt; a few bytes a token.
+		var fixed []string
+		switch {
+		case req.jsonSchema != nil:
+			var doc map[string]any
+			_ = json.Unmarshal(req.jsonSchema, &doc)
+			fixed = fragments(string(appendSchemaValue(nil, doc, 0)))
+		case beh.Echo:
+			fixed = fragments(echoText(req.lastUser))
+		}
+		if fixed != nil {
+			got := take(len(fixed))
+			c.content = fixed[:got]
 			c.tokens += got
-			if got < len(echo) {
+			if got < len(fixed) {
 				c.finish = "length"
 			}
 			continue

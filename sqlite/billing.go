@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/paystore"
 )
 
 // The billing store: holds, the ledger and key rate windows (migration
@@ -838,7 +839,8 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 		coalesce((SELECT sum(uncollected) FROM ledger l WHERE l.account_id = a.id AND kind = 'charge'), 0),
 		coalesce((SELECT sum(amount) FROM holds h WHERE h.account_id = a.id), 0),
 		(SELECT count(*) FROM holds h WHERE h.account_id = a.id),
-		(SELECT count(*) FROM holds h WHERE h.account_id = a.id AND h.expires < ?)
+		(SELECT count(*) FROM holds h WHERE h.account_id = a.id AND h.expires < ?),
+		`+paystore.AuditColumns+`
 		FROM accounts a ORDER BY a.created, a.id`, toMicros(expiredBefore))
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
@@ -847,7 +849,8 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 	for rows.Next() {
 		var a tollgate.AccountAudit
 		var v [9]int64
-		if err := rows.Scan(&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds); err != nil {
+		if err := rows.Scan(append([]any{&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds},
+			paystore.AuditDest(&a)...)...); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
 		}

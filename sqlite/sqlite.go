@@ -30,6 +30,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/migrations"
+	"github.com/tollgate/tollgate/internal/paystore"
 )
 
 //go:embed migrations/*.sql
@@ -50,6 +51,8 @@ type DB struct {
 	bill                   billStmts // billing statements on the writer (sqlite/billing.go)
 
 	idem idemQueue // Idempotency-Key writes waiting for a group commit
+
+	paystore.Store // payments (sqlite/payments.go)
 }
 
 var _ tollgate.Store = (*DB)(nil)
@@ -165,6 +168,7 @@ func open(ctx context.Context, d driver, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}
+	db.Store = db.payments()
 	return db, nil
 }
 
@@ -436,9 +440,11 @@ func (db *DB) Accounts(ctx context.Context) ([]tollgate.Account, error) {
 }
 
 // SetAccountDisabled sets the account's disabled flag and bumps AuthVersion.
+// The operator's decision replaces a disable by payments (payment_hold):
+// an account the operator disables is not enabled again by a won dispute.
 func (db *DB) SetAccountDisabled(ctx context.Context, id string, disabled bool) error {
 	err := db.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE accounts SET disabled = ? WHERE id = ?`, disabled, id)
+		res, err := tx.ExecContext(ctx, `UPDATE accounts SET disabled = ?, payment_hold = 0 WHERE id = ?`, disabled, id)
 		if err != nil {
 			return err
 		}

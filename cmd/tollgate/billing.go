@@ -41,13 +41,14 @@ func newBiller(cfg *config.Config, st Store, log *slog.Logger) (*billing.Biller,
 }
 
 // adminRoutes is the admin API for the admin listener. Without an admin
-// token every request is 401.
-func adminRoutes(cfg *config.Config, st Store, log *slog.Logger) map[string]http.Handler {
+// token every request is 401. pay serves the payment routes (nil: payments
+// off).
+func adminRoutes(cfg *config.Config, st Store, pay admin.Payments, log *slog.Logger) map[string]http.Handler {
 	models := make([]string, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
 		models = append(models, m.ID)
 	}
-	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log}).Routes()
+	return admin.New(st, admin.Options{Token: cfg.AdminToken, AuditGrace: auditGrace(cfg), Models: models, Log: log, Payments: pay}).Routes()
 }
 
 // auditGrace is how long past its lease a hold may live before the audit

@@ -4,14 +4,15 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/console"
 	"github.com/tollgate/tollgate/relay"
 )
 
 // consoleRoutes are the console's handlers for the api listener.
-func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
-	c, err := console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log})
+func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, pay console.Payments, log *slog.Logger) (map[string]http.Handler, error) {
+	c, err := console.New(st, console.Options{Catalog: rl.Catalog, Uptime: uptime, TrustedProxies: cfg.Console.Trusted, Log: log, Payments: pay})
 	if err != nil {
 		return nil, err
 	}
@@ -29,9 +30,9 @@ func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeRe
 }
 
 // adminListenerRoutes are the admin API and the operator's console.
-func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
+func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, pay admin.Payments, log *slog.Logger) (map[string]http.Handler, error) {
 	routes := map[string]http.Handler{}
-	for p, h := range adminRoutes(cfg, st, log) {
+	for p, h := range adminRoutes(cfg, st, pay, log) {
 		routes[p] = h
 	}
 	op, err := operatorRoutes(cfg, rl, uptime, st, log)

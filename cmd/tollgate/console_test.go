@@ -36,7 +36,7 @@ func TestConsoleOnTheAPIListener(t *testing.T) {
 	// The admin API issues them too.
 	cfg := *h.main.Config
 	cfg.AdminToken = "s3cret-admin-token"
-	adm := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	adm := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil, nil)))
 	defer adm.Close()
 	req, _ := http.NewRequest("POST", adm.URL+"/admin/v1/accounts/"+h.acct.ID+"/invite", nil)
 	req.Header.Set("Authorization", "Bearer s3cret-admin-token")

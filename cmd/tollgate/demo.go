@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/operator"
+	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -165,19 +166,28 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	}
 	defer searx.Close()
 	urls["searxng"] = searx.URL()
-	urls["api"] = *listen
+	// The simulated Stripe: its Checkout page takes the payment and its
+	// webhooks reach the api listener's /webhooks/stripe, once that listens.
+	stripe, err := simulate.StartStripe(simulate.StripeConfig{SecretKey: demoStripeKey})
+	if err != nil {
+		return fmt.Errorf("start simulated Stripe: %w", err)
+	}
+	defer stripe.Close()
+	urls["stripe"] = stripe.URL()
+	os.Setenv("TOLLGATE_DEMO_STRIPE_KEY", demoStripeKey)
+	os.Setenv("TOLLGATE_DEMO_STRIPE_WEBHOOK_SECRET", stripe.WebhookSecret())
 	urls["admin"] = "127.0.0.1:0"
 	adminToken, err := ensureDemoAdminToken(*dir)
 	if err != nil {
 		return err
 	}
 	os.Setenv("TOLLGATE_DEMO_ADMIN_TOKEN", adminToken)
-	if ln, err := net.Listen("tcp", *listen); err != nil {
-		urls["api"] = "127.0.0.1:0"
-	} else {
-		ln.Close()
+	// The api address is fixed before the config is written: the payment
+	// page sends the account holder back to the console there.
+	if urls["api"], err = demoAPIAddr(*listen); err != nil {
+		return err
 	}
-	text := demoConfig
+	text := demoConfig + demoPayments
 	for k, v := range urls {
 		text = strings.ReplaceAll(text, "{{"+k+"}}", v)
 	}
@@ -210,6 +220,7 @@ func (c *demoCmd) Run(ctx context.Context, args []string) error {
 	}
 	base := m.APIURL()
 	site := strings.TrimSuffix(base, "/v1")
+	stripe.SetWebhook(site + payments.WebhookPath)
 	fmt.Fprintf(c.stdout, `tollgate demo is running (config and database in %s/).
 
   export OPENAI_BASE_URL=%s
@@ -231,6 +242,9 @@ The console (balance, keys, activity, prices) is at %s/console/
   set its password once at %s%s
   (the link works once; later runs print a new one)
 
+Add credit at %s/console/payments: the payment page is a simulated Stripe
+  Checkout (card 4242 4242 4242 4242 pays, 4000 0000 0000 0002 is declined).
+
 The operator console (accounts, credits, nodes, audit) is at http://%s/console/
   sign in with the admin token %s
   (the same token opens the admin API and /debug/pprof/ there: Authorization: Bearer <token>)
@@ -238,7 +252,7 @@ The operator console (accounts, credits, nodes, audit) is at http://%s/console/
   Operators: http://%s/metrics  /healthz  /readyz
 
 Other commands work on it with --config %s. Ctrl-C stops it.
-`, *dir, base, secret, site, site, k.AccountID, site, invite, m.Addr("admin"), adminToken, m.Addr("admin"), cfgPath)
+`, *dir, base, secret, site, site, k.AccountID, site, invite, site, m.Addr("admin"), adminToken, m.Addr("admin"), cfgPath)
 	return m.waitAndClose(ctx, cfgPath)
 }
 
@@ -312,4 +326,35 @@ func demoInvite(ctx context.Context, st Store, accountID string) (string, error)
 		return "", fmt.Errorf("invite the demo account to the console: %w", err)
 	}
 	return inv.Path, nil
+}
+
+// demoPayments is the demo's payments section, appended to demoConfig
+// (which the tests' harness shares without payments): credit is added in
+// the console and paid on the simulated Stripe's Checkout page.
+const demoPayments = `payments:
+  provider: stripe
+  api_url: "{{stripe}}"
+  secret_key_env: TOLLGATE_DEMO_STRIPE_KEY
+  webhook_secret_env: TOLLGATE_DEMO_STRIPE_WEBHOOK_SECRET
+  console_url: "http://{{api}}/console/"
+  auto_topup: true
+`
+
+// demoStripeKey is the API key the demo's simulated Stripe accepts.
+const demoStripeKey = "sk_test_tollgate_demo"
+
+// demoAPIAddr is the address the demo's api listener takes: listen, or a
+// free port of the loopback when listen is busy or has port 0.
+func demoAPIAddr(listen string) (string, error) {
+	if ln, err := net.Listen("tcp", listen); err == nil {
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }

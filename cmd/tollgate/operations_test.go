@@ -101,21 +101,7 @@ func TestMetricsAfterMixedTraffic(t *testing.T) {
 	if strings.Contains(scrape, h.acct.ID) || strings.Contains(scrape, h.keyRec.ID) || strings.Contains(scrape, `="req_`) {
 		t.Error("an account, a key or a request id reached the scrape")
 	}
-	// Prometheus's own check of the scrape: when TOLLGATE_TEST_PROMTOOL is
-	// set (.ci/run sets it and installs promtool; then a missing one fails).
-	if os.Getenv("TOLLGATE_TEST_PROMTOOL") != "" {
-		promtool, err := exec.LookPath("promtool")
-		if err != nil {
-			t.Fatalf("TOLLGATE_TEST_PROMTOOL is set but promtool is not installed: %v", err)
-		}
-		cmd := exec.Command(promtool, "check", "metrics")
-		cmd.Stdin = strings.NewReader(scrape)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
-		}
-	}
+	promtoolCheck(t, scrape)
 	// Not on the api listener.
 	if st, _, _ := h.get("/metrics"); st != 404 {
 		t.Errorf("/metrics on the api listener: %d, want 404", st)
@@ -319,5 +305,26 @@ func TestConfigLoggerRequestLines(t *testing.T) {
 		if tc.direct && !strings.Contains(errOut.String(), `"msg":"request"`) {
 			t.Errorf("%s: a request line written to the buffer was not written out at close", tc.format)
 		}
+	}
+}
+
+// promtoolCheck runs Prometheus's own check of a scrape when
+// TOLLGATE_TEST_PROMTOOL is set (.ci/run sets it and installs promtool;
+// then a missing one fails).
+func promtoolCheck(t *testing.T, scrape string) {
+	t.Helper()
+	if os.Getenv("TOLLGATE_TEST_PROMTOOL") == "" {
+		return
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("TOLLGATE_TEST_PROMTOOL is set but promtool is not installed: %v", err)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(scrape)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
 	}
 }

@@ -121,7 +121,7 @@ func TestAdminAPI(t *testing.T) {
 	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(1)})
 	cfg := *h.main.Config
 	cfg.AdminToken = "s3cret-admin-token"
-	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil, nil)))
 	defer srv.Close()
 	call := func(method, path, token, body string) (int, []byte) {
 		t.Helper()
@@ -198,7 +198,7 @@ func TestAdminAPIAccountsAndKeys(t *testing.T) {
 	h := newHarness(t, harnessOptions{models: flatModel, credit: tollgate.Dollars(1)})
 	cfg := *h.main.Config
 	cfg.AdminToken = "s3cret-admin-token"
-	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil)))
+	srv := httptest.NewServer(h.main.Server.AdminHandler(adminRoutes(&cfg, h.main.Store, nil, nil)))
 	defer srv.Close()
 	call := func(method, path, body string, into any) (int, []byte) {
 		t.Helper()

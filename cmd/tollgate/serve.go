@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/metrics"
+	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/tracing"
@@ -42,8 +43,13 @@ type Main struct {
 	Share   *traffic.Share
 	Relay   *relay.Relay
 	Biller  *billing.Biller // nil when billing.disabled
-	Server  *server.Server
-	Metrics *metrics.Metrics
+	// Payments takes account holders' payments (nil: config payments off).
+	Payments *payments.Service
+	// PaymentsProvider replaces the provider config payments: builds (a
+	// test's); nil: built from the config.
+	PaymentsProvider payments.Provider
+	Server           *server.Server
+	Metrics          *metrics.Metrics
 	// Tracing exports spans (nil: tracing off). A test may set it before
 	// Open, with an in-memory exporter.
 	Tracing *tracing.Provider
@@ -146,7 +152,14 @@ func (m *Main) Open(ctx context.Context) error {
 		_, err := st.AuthVersion(ctx)
 		return err
 	}
-	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.Log); err != nil {
+	if err := m.openPayments(); err != nil {
+		m.Close(ctx)
+		return err
+	}
+	if m.Payments != nil && cfg.Payments.AutoTopUp {
+		m.background(func() { m.Payments.RunAutoTopUps(bgctx, autoTopUpInterval) })
+	}
+	if m.Server.APIExtra, err = consoleRoutes(cfg, m.Relay, m.Share, st, m.paymentsConsole(), m.Log); err != nil {
 		m.Close(ctx)
 		return err
 	}
@@ -226,7 +239,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.Log)
+	routes, err := adminListenerRoutes(cfg, m.Relay, m.Share, st, m.paymentsAdmin(), m.Log)
 	if err != nil {
 		m.Close(ctx)
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/console"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/sqlite"
 )
@@ -33,6 +34,7 @@ type Store interface {
 	console.Store
 	console.OperatorStore
 	idempotency.Store
+	payments.Store
 	migrator
 	// WALSyncs counts the write-ahead log syncs tollgate made itself, for
 	// the benchmark's report.

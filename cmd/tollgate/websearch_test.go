@@ -525,14 +525,7 @@ func TestWebSearchNodeClient(t *testing.T) {
 	cmd := exec.Command("node", "websearch.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+h.main.APIURL(), "OPENAI_API_KEY="+h.key, "MODEL=tg-chat")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("node: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatal(err)
-	}
+	out := runClient(t, cmd)
 	var res struct {
 		NonStream, Stream struct {
 			Content   string `json:"content"`

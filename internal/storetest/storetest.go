@@ -17,11 +17,12 @@ import (
 
 // Store is what the suite tests: everything a store keeps for the service
 // (accounts and keys, traffic, billing and the books, the console's
-// records, Idempotency-Keys).
+// records, Idempotency-Keys, payments).
 type Store interface {
 	BillingStore
 	tollgate.ConsoleStore
 	idempotency.Store
+	tollgate.PaymentStore
 }
 
 // Run runs the suite. open must return a fresh, empty, migrated store for
@@ -60,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	})
 	runBilling(t, open)
 	runConsole(t, open)
+	runPayments(t, open)
 }
 
 // t0 is a fixed instant with sub-microsecond digits, which stores drop.

@@ -1,0 +1,208 @@
+package console
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/payments"
+)
+
+// Payments is what the console's payment pages use (docs/payments.md);
+// nil in Options when payments are off, and the pages do not exist.
+type Payments interface {
+	Quote(credit tollgate.Amount) (payments.Quote, error)
+	StartCheckout(ctx context.Context, accountID string, credit tollgate.Amount, saveCard bool) (tollgate.Payment, payments.Checkout, error)
+	Options() payments.Options
+	Payments(ctx context.Context, accountID string, limit int) ([]tollgate.Payment, error)
+	Payment(ctx context.Context, id string) (tollgate.Payment, error)
+	AutoTopUp(ctx context.Context, accountID string) (tollgate.AutoTopUp, error)
+	SetAutoTopUp(ctx context.Context, a tollgate.AutoTopUp) error
+}
+
+// paymentsShown is how many payments the page lists (and the CSV holds).
+const paymentsShown = 1000
+
+func (c *Console) paymentRoutes() {
+	if c.o.Payments == nil {
+		return
+	}
+	c.mux.HandleFunc("GET /console/payments", c.page(c.signedIn(c.paymentsPage)))
+	c.mux.HandleFunc("POST /console/payments", c.page(c.signedIn(c.checkout)))
+	c.mux.HandleFunc("GET /console/payments.csv", c.page(c.signedIn(c.paymentsCSV)))
+	c.mux.HandleFunc("POST /console/payments/auto-topup", c.page(c.signedIn(c.setAutoTopUp)))
+}
+
+type paymentsData struct {
+	Min, Max    tollgate.Amount
+	FeePercent  tollgate.Amount
+	FeeFixed    tollgate.Amount
+	Amount      string          // the amount asked, as typed
+	Quote       *payments.Quote // its quote, once asked
+	Payment     *tollgate.Payment
+	Canceled    bool
+	Payments    []tollgate.Payment
+	CheckoutURL string // the page that sends the browser to the provider
+	// AutoTopUp: offered (the operator's auto_topup), and the account's.
+	AutoTopUpOn bool
+	TopUp       tollgate.AutoTopUp
+}
+
+func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
+	o := c.o.Payments.Options()
+	d := &paymentsData{Min: o.Min, Max: o.Max, FeePercent: o.FeePercent, FeeFixed: o.FeeFixed}
+	ps, err := c.o.Payments.Payments(r.Context(), current(r).account.ID, paymentsShown)
+	if err != nil {
+		return nil, err
+	}
+	d.Payments = ps
+	if d.AutoTopUpOn = o.AutoTopUp; d.AutoTopUpOn {
+		d.TopUp, err = c.o.Payments.AutoTopUp(r.Context(), current(r).account.ID)
+		if err != nil && !errors.Is(err, tollgate.ErrNotFound) {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// paymentsPage lists the account's payments, with the form to add credit.
+// ?amount= shows what that credit costs (the fee) before paying;
+// ?payment= is where the provider's page sends the holder back: that
+// payment's state, refreshed while it is pending.
+func (c *Console) paymentsPage(w http.ResponseWriter, r *http.Request) error {
+	d, err := c.paymentsData(r)
+	if err != nil {
+		return err
+	}
+	v := c.accountView(r, "Payments", "payments")
+	v.Data = d
+	q := r.URL.Query()
+	if id := q.Get("payment"); id != "" {
+		p, err := c.o.Payments.Payment(r.Context(), id)
+		if err != nil || p.AccountID != current(r).account.ID {
+			return tollgate.Errorf(tollgate.CodeNotFound, "there is no payment %s", id)
+		}
+		d.Payment, d.Canceled = &p, q.Get("canceled") != ""
+		if p.Status == tollgate.PaymentPending && !d.Canceled {
+			v.Refresh = "2"
+		}
+	}
+	if a := q.Get("amount"); a != "" {
+		d.Amount = a
+		quote, err := c.quote(a)
+		if err != nil {
+			return c.pageError(w, v, err)
+		}
+		d.Quote = &quote
+	}
+	return c.render(w, http.StatusOK, "payments", v)
+}
+
+func (c *Console) quote(amount string) (payments.Quote, error) {
+	a, err := tollgate.ParseAmount(strings.TrimSpace(amount))
+	if err != nil {
+		return payments.Quote{}, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount", "%q is not an amount of USD", amount)
+	}
+	return c.o.Payments.Quote(a)
+}
+
+// pageError renders the page with err shown (a form's mistake).
+func (c *Console) pageError(w http.ResponseWriter, v *view, err error) error {
+	var te *tollgate.Error
+	if !errors.As(err, &te) {
+		return err
+	}
+	v.Error = te
+	return c.render(w, statusOf(te.Code), "payments", v)
+}
+
+// checkout starts a payment and sends the browser to the provider's page.
+// The answer is a page that goes there itself (a redirect after a form
+// would be refused by the console's form-action policy, which allows only
+// the console's own origin).
+func (c *Console) checkout(w http.ResponseWriter, r *http.Request) error {
+	v := c.accountView(r, "Payments", "payments")
+	amount := r.PostFormValue("amount")
+	quote, qerr := c.quote(amount)
+	var p tollgate.Payment
+	var co payments.Checkout
+	if qerr == nil {
+		p, co, qerr = c.o.Payments.StartCheckout(r.Context(), current(r).account.ID, quote.Credit, r.PostFormValue("save_card") == "1")
+	}
+	d, err := c.paymentsData(r) // after the checkout: the list shows it
+	if err != nil {
+		return err
+	}
+	v.Data, d.Amount = d, amount
+	if qerr != nil {
+		return c.pageError(w, v, qerr)
+	}
+	c.o.Log.Info("console: checkout started", "account", p.AccountID, "payment", p.ID, "credit", p.Credit.String())
+	d.Quote, d.Payment, d.CheckoutURL = &quote, &p, co.URL
+	v.Refresh = "0;url=" + co.URL
+	return c.render(w, http.StatusOK, "payments", v)
+}
+
+// paymentsCSV is the account's payments as CSV.
+func (c *Console) paymentsCSV(w http.ResponseWriter, r *http.Request) error {
+	ps, err := c.o.Payments.Payments(r.Context(), current(r).account.ID, paymentsShown)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="tollgate-payments-`+current(r).account.ID+`.csv"`)
+	cw := csv.NewWriter(w)
+	if err := cw.Write([]string{"created", "payment", "status", "credit_usd", "fee_usd", "paid_cents", "currency",
+		"refunded_usd", "disputed_usd", "credited", "receipt_url"}); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		credited := ""
+		if !p.Credited.IsZero() {
+			credited = p.Credited.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		if err := cw.Write([]string{p.Created.UTC().Format("2006-01-02T15:04:05Z"), p.ID, string(p.Status), p.Credit.String(),
+			p.Fee.String(), strconv.FormatInt(p.AmountCents, 10), p.Currency, p.Refunded.String(), p.Disputed.String(),
+			credited, p.ReceiptURL}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// setAutoTopUp turns the account's auto top-up on or off: "when the free
+// balance falls below threshold, add amount" to the card a checkout saved.
+func (c *Console) setAutoTopUp(w http.ResponseWriter, r *http.Request) error {
+	d, err := c.paymentsData(r)
+	if err != nil {
+		return err
+	}
+	v := c.accountView(r, "Payments", "payments")
+	v.Data = d
+	if !d.AutoTopUpOn {
+		return tollgate.Errorf(tollgate.CodeNotFound, "auto top-up is not offered")
+	}
+	a := tollgate.AutoTopUp{AccountID: current(r).account.ID, Enabled: r.PostFormValue("enabled") == "1", Updated: c.o.Now()}
+	if a.Threshold, err = tollgate.ParseAmount(strings.TrimSpace(r.PostFormValue("threshold"))); err != nil || a.Threshold < 0 {
+		return c.pageError(w, v, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "threshold", "the threshold must be an amount of USD"))
+	}
+	q, err := c.quote(r.PostFormValue("amount"))
+	if err != nil {
+		return c.pageError(w, v, err)
+	}
+	a.Amount = q.Credit
+	if a.Enabled && d.TopUp.PaymentMethod == "" {
+		return c.pageError(w, v, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "enabled",
+			"no card is saved yet: add credit once with \"Save this card for auto top-up\" ticked"))
+	}
+	if err := c.o.Payments.SetAutoTopUp(r.Context(), a); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/console/payments#auto-topup", http.StatusSeeOther)
+	return nil
+}
