@@ -26,8 +26,9 @@ type chargeGate struct {
 	db   *sqlite.DB
 	open chan struct{}
 	fail atomic.Bool
-	// away: failing charges fail as an unreachable database does (a
-	// refused connection), not with an error of the database's.
+	// away: with fail, every operation but holds (so that a test can
+	// place them) fails as with an unreachable database (a refused
+	// connection), not with an error of the database's.
 	away atomic.Bool
 	// lost: the next batch with a charge commits, and its caller is told
 	// it failed (a connection lost during COMMIT).
@@ -36,11 +37,11 @@ type chargeGate struct {
 
 func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	for _, op := range ops {
+		if g.fail.Load() && g.away.Load() && op.Kind != tollgate.OpHold && op.Kind != tollgate.OpReserve {
+			return fmt.Errorf("billing batch: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		}
 		if op.Kind == tollgate.OpCharge || op.Kind == tollgate.OpSettle {
 			if g.fail.Load() {
-				if g.away.Load() {
-					return fmt.Errorf("billing batch: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
-				}
 				return errors.New("the database is unwell")
 			}
 			<-g.open
@@ -642,5 +643,39 @@ func journalProgress(t *testing.T, noReserve bool) {
 	e2, err := db.LedgerEntry(ctx, c2.RequestID)
 	if err != nil || e2.Amount != -c2.Cost {
 		t.Errorf("the settled request: %+v, %v", e2, err)
+	}
+}
+
+// A settle that can be neither written nor kept (no journal, the database
+// away) fails, and its hold does not stay held for as long as the instance
+// lives: a hold placed in memory goes back to the reservation at once, a
+// hold row is released by the first sweep that reaches the database
+// (ReleaseEnded).
+func TestHoldOfAFailedSettleIsReleased(t *testing.T) {
+	for _, noReserve := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) {
+			db, g, _, a, k := journalSetup(t, true, true)
+			g.away.Store(true)
+			b := billing.New(g, billing.Options{NoReserve: noReserve})
+			defer b.Close()
+			id, c := holdAndCharge(t, b, a, k)
+			_, err := b.Settle(context.Background(), id, c)
+			if _, outage := storefail.Op(err); !outage {
+				t.Fatalf("settle while the database is away: %v, want a store_unavailable error", err)
+			}
+			if n := b.ReleaseEnded(context.Background()); n != 0 {
+				t.Errorf("released %d hold rows while the database is away", n)
+			}
+			g.fail.Store(false)
+			if n := b.ReleaseEnded(context.Background()); noReserve && n != 1 {
+				t.Errorf("released %d hold rows, want 1", n)
+			}
+			b.Wait() // gives back the unused reservation
+			bal, _ := db.Balance(context.Background(), a.ID)
+			if bal.Held != 0 || bal.Balance != tollgate.MustParseAmount("10") {
+				t.Errorf("balance %+v: want 10 USD, nothing held, nothing charged", bal)
+			}
+			mustAuditClean(t, db)
+		})
 	}
 }

@@ -49,6 +49,7 @@ func (b *Biller) Run(ctx context.Context) error {
 		jctx, cancel := context.WithTimeout(ctx, journalPass)
 		defer cancel()
 		b.RetryJournaled(jctx)
+		b.ReleaseEnded(jctx)
 		if _, err := b.RecoverJournals(jctx); err != nil && ctx.Err() == nil {
 			// An outage of the store is waited out, however long (nor
 			// could a sweep run): it does not count towards the skips.

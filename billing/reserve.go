@@ -221,6 +221,15 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	}
 	p.mem = m // accounted for by answer, before run returns
 	err := b.run(p)
+	if err != nil {
+		// Nothing was written and the request has ended (its client is
+		// told it was not charged): its money goes back to the
+		// reservation rather than stay in flight for as long as this
+		// instance lives.
+		if lh, ok := b.live.LoadAndDelete(holdID); ok && lh.mem != nil {
+			b.releaseReserved(lh.mem)
+		}
+	}
 	return b.chargeResult(p, err)
 }
 
