@@ -309,11 +309,29 @@ func fleetLoad(procs func() []*proc, key string, clients int, stop <-chan struct
 // refusal is 503 store_unavailable; nothing stays held; the audit is clean.
 func TestOutageLosesNoCharge(t *testing.T) {
 	gate, schema, gated := pgThroughGate(t)
+	outageScenario(t, schema, gated, func(kill func()) (down, restored time.Time) {
+		gate.cut()
+		down = time.Now()
+		time.Sleep(time.Second)
+		kill()
+		time.Sleep(2 * time.Second)
+		gate.restore()
+		return down, time.Now()
+	})
+}
+
+// outageScenario runs three `tollgate serve` processes on the PostgreSQL
+// schema at dsn under a mixed load, lets outage take the database away (and
+// kill one instance with kill -9 while it is away), then checks, per
+// request id, every cost shown against the ledger, the answers, the holds
+// and the audit. outage returns when the database went away for the last
+// time and when it came back.
+func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (down, restored time.Time)) {
 	st := postgres.OpenTestSchema(t, schema)
 	sim := startFlatSim(t)
 	f := &procFleet{t: t, bin: buildBinary(t),
 		config: multiprocConfig(t, "  postgres_url_env: TG_TEST_PG\n", sim.URL()),
-		env:    []string{"TG_TEST_PG=" + gated}}
+		env:    []string{"TG_TEST_PG=" + dsn}}
 	var live struct {
 		sync.Mutex
 		procs []*proc
@@ -326,17 +344,13 @@ func TestOutageLosesNoCharge(t *testing.T) {
 	stop := make(chan struct{})
 	wait := fleetLoad(procs, key, 9, stop)
 	time.Sleep(1500 * time.Millisecond)
-	gate.cut()
-	down := time.Now()
-	time.Sleep(time.Second)
-	live.Lock()
-	killed := live.procs[2]
-	live.procs = live.procs[:2]
-	live.Unlock()
-	killed.kill9(t)
-	time.Sleep(2 * time.Second)
-	gate.restore()
-	restored := time.Now()
+	down, restored := outage(func() {
+		live.Lock()
+		killed := live.procs[2]
+		live.procs = live.procs[:2]
+		live.Unlock()
+		killed.kill9(t)
+	})
 	time.Sleep(1500 * time.Millisecond)
 	close(stop)
 	all := wait()
