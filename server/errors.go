@@ -67,18 +67,20 @@ func StatusOf(c tollgate.Code) int {
 func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 	var e *tollgate.Error
 	id := w.Header().Get("X-Request-Id")
-	if op, ok := storefail.Op(err); ok || storefail.Unavailable(err) {
+	coded := errors.As(err, &e)
+	if outage(err, e) {
+		op, ok := storefail.Op(err)
 		if !ok {
 			op = "unnamed"
 		}
 		log.Warn("store unavailable", "request_id", id, "operation", op, "err", err)
 		msg := "the service's database cannot be reached right now; retry in a moment"
-		if errors.As(err, &e) && e.Code == tollgate.CodeStoreUnavailable {
+		if coded && e.Code == tollgate.CodeStoreUnavailable {
 			msg = strings.TrimSuffix(e.Message, ".")
 		}
 		e = &tollgate.Error{Code: tollgate.CodeStoreUnavailable, RetryAfter: storefail.RetryAfter,
 			Message: msg + " (request id " + id + ")"}
-	} else if !errors.As(err, &e) {
+	} else if !coded {
 		log.Error("internal error", "request_id", id, "err", err)
 		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
 	} else if e.Code == tollgate.CodeInternal && id != "" && !strings.Contains(e.Message, id) {
@@ -104,6 +106,22 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// outage reports whether err (whose first *tollgate.Error is e, or nil) is
+// a store that could not be reached. An error that has a code of its own
+// keeps it (a backend's refused connection is upstream_error, not an
+// outage of the store); one coded internal_error, or none, is an outage
+// when a store call named it so (storefail.Wrap) or its cause says so.
+func outage(err error, e *tollgate.Error) bool {
+	if e != nil && e.Code == tollgate.CodeStoreUnavailable {
+		return true
+	}
+	if e != nil && e.Code != tollgate.CodeInternal {
+		return false
+	}
+	_, named := storefail.Op(err)
+	return named || storefail.Unavailable(err)
 }
 
 // HTTPErrorBody renders the HTTP server's own answers to requests it could

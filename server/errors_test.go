@@ -33,6 +33,10 @@ func TestWriteErrorOutageAndBug(t *testing.T) {
 		{"authentication", &tollgate.Error{Code: tollgate.CodeStoreUnavailable, Message: "Authentication is temporarily unavailable.",
 			Err: storefail.Wrap("auth_key", refused)}, 503, "store_unavailable", "auth_key", "2"},
 		{"a bug", errors.New("nil map"), 500, "internal_error", "", ""},
+		{"a backend's refused connection", &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend refused the connection", Err: refused},
+			502, "upstream_error", "", ""},
+		{"internal, caused by an outage", &tollgate.Error{Code: tollgate.CodeInternal, Message: "pricing is unavailable right now",
+			Err: storefail.Wrap("pricing", refused)}, 503, "store_unavailable", "pricing", "2"},
 		{"a constraint", storefail.Wrap("billing_hold", errors.New("ERROR: duplicate key (SQLSTATE 23505)")), 500, "internal_error", "", ""},
 		{"internal with a message", &tollgate.Error{Code: tollgate.CodeInternal, Message: "pricing is unavailable right now"}, 500, "internal_error", "", ""},
 	} {
@@ -49,7 +53,7 @@ func TestWriteErrorOutageAndBug(t *testing.T) {
 		if w.Code != c.status || e.Error.Code != c.code || w.Header().Get("Retry-After") != c.retryAfter {
 			t.Errorf("%s: %d %s Retry-After %q", c.name, w.Code, w.Body, w.Header().Get("Retry-After"))
 		}
-		if !strings.Contains(e.Error.Message, "req_test1") {
+		if c.code != "upstream_error" && !strings.Contains(e.Error.Message, "req_test1") {
 			t.Errorf("%s: no request id in %q", c.name, e.Error.Message)
 		}
 		if c.op != "" && !strings.Contains(logs.String(), `"operation":"`+c.op+`"`) {
