@@ -101,6 +101,26 @@ func join(a, b string) string {
 }
 
 func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodConnect:
+		// A proxy's tunnel (its target is a host, not a path): never
+		// served. The ServeMux would answer with its plain-text 404.
+		m.notFound(w, r, " (tollgate is not a proxy)")
+		return
+	case r.RequestURI == "*":
+		// OPTIONS * (RFC 9110 §9.3.7) asks about the server as a whole:
+		// answered here, after the middleware, so it has its request id
+		// and access-log line (net/http's own answer has neither: the
+		// listeners set DisableGeneralOptionsHandler).
+		if r.Method != http.MethodOptions {
+			m.notFound(w, r, "")
+			return
+		}
+		w.Header().Set("Allow", m.methods())
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	if r.URL.RawPath == "" {
 		if routes, ok := m.exact[r.URL.Path]; ok {
 			if h := pick(routes, r.Method); h != nil {
@@ -109,11 +129,9 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if r.Method != http.MethodConnect {
-		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
-			m.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
-			return
-		}
+	if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+		m.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
+		return
 	}
 	m.mux.ServeHTTP(w, r)
 }
@@ -149,8 +167,30 @@ func (m *Mux) miss(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *Mux) notFound(w http.ResponseWriter, r *http.Request, hint string) {
+	target := r.URL.Path
+	if target == "" {
+		target = r.RequestURI // CONNECT's host:port
+	}
 	WriteError(w, m.s.Log, tollgate.Errorf(tollgate.CodeNotFound,
-		"%s %s is not served on this listener (it serves %s)%s", r.Method, r.URL.Path, m.miss404, hint))
+		"%s %s is not served on this listener (it serves %s)%s", r.Method, target, m.miss404, hint))
+}
+
+// methods lists the methods the patterns name, once each, in the order
+// declared, with OPTIONS (answered for *).
+func (m *Mux) methods() string {
+	var ms []string
+	for _, p := range append(slices.Clone(m.paths), "*") {
+		methods := m.allow[p]
+		if p == "*" {
+			methods = http.MethodOptions
+		}
+		for _, method := range strings.Split(methods, ", ") {
+			if method != "" && !slices.Contains(ms, method) {
+				ms = append(ms, method)
+			}
+		}
+	}
+	return strings.Join(ms, ", ")
 }
 
 // served names the paths the listener serves with their methods, and its
