@@ -24,7 +24,12 @@ const consoleWhsec = "whsec_console"
 // stripe-mock, its webhook served over loopback HTTP.
 func paymentsEnv(t *testing.T, autoTopUp bool) (*env, string) {
 	t.Helper()
-	mock := stripetest.URL(t)
+	return paymentsEnvAt(t, stripetest.URL(t), autoTopUp)
+}
+
+// paymentsEnvAt is paymentsEnv with the Stripe API at mock.
+func paymentsEnvAt(t *testing.T, mock string, autoTopUp bool) (*env, string) {
+	t.Helper()
 	st, err := sqlite.Open(t.TempDir() + "/t.db")
 	if err != nil {
 		t.Fatal(err)
