@@ -183,8 +183,9 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 }
 
-// The charge journal: beside an SQLite file by default, none for an
-// in-memory database or PostgreSQL, "off", or a path of the operator's.
+// The charge journal: beside an SQLite file by default, beside the config
+// with PostgreSQL, none for an in-memory database or "off", or a path of
+// the operator's.
 func TestBillingJournalDir(t *testing.T) {
 	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o", "PG": "postgres://x"})
 	for _, tc := range []struct{ doc, want string }{
@@ -193,7 +194,8 @@ func TestBillingJournalDir(t *testing.T) {
 		{minimal + "billing: {journal: spool/charges}\n", "/etc/tg/spool/charges"},
 		{minimal + "billing: {journal: /var/lib/tg}\n", "/var/lib/tg"},
 		{strings.Replace(minimal, "store: {sqlite: data/t.db}", `store: {sqlite: ":memory:"}`, 1), ""},
-		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1), ""},
+		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1), "/etc/tg/tollgate-charges"},
+		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1) + "billing: {journal: \"off\"}\n", ""},
 		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1) + "billing: {journal: j}\n", "/etc/tg/j"},
 	} {
 		c, err := Parse([]byte(tc.doc), "/etc/tg", e)
@@ -403,5 +405,36 @@ func TestRoutingDefaultsAndValidation(t *testing.T) {
 	text = strings.Replace(minimal, "        flavour: openrouter\n", "        flavour: openrouter\n        routing: prefix_cache\n", 1)
 	if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), "backends[1].routing") {
 		t.Errorf("routing on a fallback: %v", err)
+	}
+}
+
+func TestKVEventsValidation(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	node := `nodes: [{url: "http://10.0.0.1:8000/v1", key_env: NODE_KEY}]`
+	with := func(extra, routing string) string {
+		text := strings.Replace(minimal, node, `nodes: [{url: "http://10.0.0.1:8000/v1", key_env: NODE_KEY, `+extra+`}]`, 1)
+		if routing != "" {
+			text = strings.Replace(text, "        capabilities: [tools]\n", "        capabilities: [tools]\n        routing: "+routing+"\n", 1)
+		}
+		return text
+	}
+	c, err := Parse([]byte(with(`kv_events: "tcp://10.0.0.1:5557", kv_events_replay: "tcp://10.0.0.1:5558"`, "")), ".", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Models[0].Backends[0].Nodes[0]; n.KVEvents != "tcp://10.0.0.1:5557" || n.KVEventsReplay != "tcp://10.0.0.1:5558" {
+		t.Fatalf("parsed %+v", n)
+	}
+	for _, c := range []struct{ extra, routing, want string }{
+		{`kv_events: "10.0.0.1:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},
+		{`kv_events: "tcp://*:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},
+		{`kv_events: "tcp://10.0.0.1:5557", kv_events_replay: "tcp://10.0.0.1"`, "", "nodes[0].kv_events_replay: want a ZeroMQ address"},
+		{`kv_events_replay: "tcp://10.0.0.1:5558"`, "", "nodes[0].kv_events_replay: needs kv_events"},
+		{`kv_events: "tcp://10.0.0.1:5557", flavour: llamacpp`, "", "come from vllm and sglang nodes"},
+		{`kv_events: "tcp://10.0.0.1:5557"`, "least_outstanding", "read by prefix_cache routing only"},
+	} {
+		if _, err := Parse([]byte(with(c.extra, c.routing)), ".", e); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.extra, err, c.want)
+		}
 	}
 }

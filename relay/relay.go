@@ -17,7 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // Options bound a request's time (CONTRACT.md "Streams", SPEC.md "Limits").
@@ -118,8 +120,35 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		now:     time.Now,
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	r.startEvents(cat)
 	r.catalog.Store(cat)
 	return r
+}
+
+// startEvents subscribes to the KV-cache events of the catalogue's nodes
+// that publish them and have no subscriber yet (before the catalogue is in
+// force: requests read Node.kv without a lock).
+func (r *Relay) startEvents(c *Catalog) {
+	if c == nil {
+		return
+	}
+	for _, n := range c.Nodes() {
+		if n.kvEndpoint != "" && n.kv == nil {
+			n.kv = kvevents.Subscribe(kvevents.Options{Endpoint: n.kvEndpoint, Replay: n.kvReplay, MaxBlocks: n.kvBlocks,
+				Log: r.log.With("node", n.Name)})
+		}
+	}
+}
+
+// Close stops following the nodes' KV-cache events.
+func (r *Relay) Close() {
+	if c := r.catalog.Load(); c != nil {
+		for _, n := range c.Nodes() {
+			if n.kv != nil {
+				n.kv.Close()
+			}
+		}
+	}
 }
 
 // h1For returns the node's client (upstream.go), made on first use; nil
@@ -138,6 +167,7 @@ func (r *Relay) Catalog() *Catalog { return r.catalog.Load() }
 
 // SetCatalog swaps the catalogue (config reload). Requests in flight keep theirs.
 func (r *Relay) SetCatalog(c *Catalog) {
+	r.startEvents(c)
 	old := r.catalog.Swap(c)
 	if old == nil {
 		return
@@ -157,6 +187,9 @@ func (r *Relay) SetCatalog(c *Catalog) {
 		}
 		if p := n.probePool.Load(); p != nil {
 			p.closeIdle()
+		}
+		if n.kv != nil {
+			n.kv.Close()
 		}
 	}
 }
@@ -266,7 +299,8 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes}
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes,
+		prefixConv: pr.conv, prefixOpening: pr.opening, prefixTools: pr.tools}
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
@@ -365,16 +399,23 @@ type exchange struct {
 	backendSpan  trace.Span
 	traceparent  string
 	prefixHashes []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
+	// The conversation's hash and the sizes of its opening and tools, for the same retry.
+	prefixConv                 uint64
+	prefixOpening, prefixTools int
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
 }
 
 // settle charges the request (or releases the hold when it cost nothing) and
-// returns the amount charged, which is what the client is shown.
-func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount {
+// returns the amount charged, which is what the client is shown. If the
+// charge could be neither written nor kept for later (the store cannot be
+// reached and the charge journal could not take it), it returns the error
+// the client gets instead of a cost (chargeLost): a cost is shown only when
+// it is, or will be, in the ledger.
+func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) (tollgate.Amount, error) {
 	if x.r.biller == nil || x.holdID == "" {
-		return cost
+		return cost, nil
 	}
 	x.settled = true
 	// Not the request's context: the client may be gone, and the charge
@@ -389,16 +430,28 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
 			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
 		}
-		return 0
+		return 0, nil
 	}
 	charged, err := x.r.biller.Settle(ctx, x.holdID, x.charge(u, x.call.Searches, cost))
 	if err != nil {
-		// The hold stays until its lease ends, so the balance stays covered;
-		// the operator sees this line and the audit.
+		// The hold stays until the Biller lets it go (docs/billing.md), so
+		// the balance stays covered meanwhile.
 		x.r.log.Error("settle failed", "request_id", x.call.RequestID, "account", x.call.Account.ID, "cost", cost.String(), "err", err)
-		return cost
+		return 0, chargeLost(err)
 	}
-	return charged
+	return charged, nil
+}
+
+// chargeLost is the answer of a request whose charge could not be written:
+// 503 store_unavailable when the store could not be reached, else a bug.
+func chargeLost(err error) *tollgate.Error {
+	e := &tollgate.Error{Code: tollgate.CodeInternal, Err: err,
+		Message: "this request's charge could not be recorded; it was not charged"}
+	if _, ok := storefail.Op(err); ok {
+		e.Code, e.RetryAfter = tollgate.CodeStoreUnavailable, storefail.RetryAfter
+		e.Message = "this request's charge could not be recorded (the service's database cannot be reached); it was not charged"
+	}
+	return e
 }
 
 // charge is the request's charge for usage u and searches web searches
@@ -581,7 +634,11 @@ func (x *exchange) served(u openai.Usage) (tollgate.Amount, error) {
 	if err != nil {
 		return 0, fmt.Errorf("price request: %w", err)
 	}
-	cost = x.settle(u, cost)
+	cost, err = x.settle(u, cost)
+	if err != nil {
+		x.call.Outcome = "failed"
+		return 0, err
+	}
 	x.call.Usage, x.call.Cost, x.call.Outcome = u, cost, "served"
 	x.noteServed()
 	return cost, nil
