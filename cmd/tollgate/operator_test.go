@@ -120,7 +120,7 @@ func TestOperatorCLI(t *testing.T) {
 // adminAPIServer serves the admin listener's routes with cfg's admin token.
 func adminAPIServer(t *testing.T, h *harness, cfg *config.Config) *httptest.Server {
 	t.Helper()
-	op, err := newOperator(cfg, h.main.Relay, h.main.Share, h.main.Store, nil)
+	op, err := newOperator(cfg, h.main.Relay, h.main.Share, h.main.Store, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close(ctx)
 		return err
 	}
-	op, err := newOperator(cfg, m.Relay, m.Share, st, m.Log)
+	op, err := newOperator(cfg, m.Relay, m.Share, st, m.paymentsAdmin(), m.Log)
 	if err != nil {
 		m.Close(ctx)
 		return err
