@@ -23,7 +23,7 @@ type pricingCache struct {
 	network, total int64
 }
 
-// Pricing is GET /pricing (SPEC.md "Pricing response"): rates as
+// Pricing is GET /pricing (docs/api.md, "GET /pricing"): rates as
 // decimal strings per 1M tokens, the blend by the last 7 days' traffic share
 // rounded half-even to 6 decimals, Cache-Control and an ETag (304 on match).
 func (s *Server) Pricing(w http.ResponseWriter, r *http.Request) error {

@@ -22,7 +22,7 @@ import (
 	"github.com/tollgate/tollgate/relay"
 )
 
-// MaxBodyBytes is SPEC.md's request body limit: 8 MiB.
+// MaxBodyBytes is the request body limit: 8 MiB (docs/api.md, "Limits").
 const MaxBodyBytes = 8 << 20
 
 // Authenticator checks an Authorization header (auth.Authenticator).
