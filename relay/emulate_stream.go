@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // streamN serves a streamed request for n choices on a node whose server
@@ -35,9 +36,9 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 	if h1 == nil {
 		return fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 	}
-	head := upstreamHead{requestID: x.call.RequestID, traceparent: x.traceparent}
+	head := upstream.Head{RequestID: x.call.RequestID, Traceparent: x.traceparent}
 	if x.node.Key != "" {
-		head.authorization = x.node.authorization()[0]
+		head.Authorization = x.node.authorization()[0]
 	}
 	legs := make([]streamLeg, n)
 	// What the streams delivered goes to the charge journal at the first
@@ -119,8 +120,8 @@ type streamLeg struct {
 }
 
 // run reads one upstream stream and forwards its chunks as choice i's.
-func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Pool, head upstreamHead, i int, first *sync.Once, prog *legProgress) {
-	resp, err := h1.post(ctx, head, x.body)
+func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *upstream.Pool, head upstream.Head, i int, first *sync.Once, prog *legProgress) {
+	resp, err := h1.Post(ctx, head, x.body)
 	if err != nil {
 		l.failure = err
 		if cause := context.Cause(ctx); cause != nil {
