@@ -81,11 +81,7 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 			failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend closed the stream before it finished"}
 		}
 	}
-	if failure != nil && !clientGone {
-		x.upstreamFailed()
-	} else if served {
-		x.upstreamOK()
-	}
+	x.streamHealth(served, failure, clientGone)
 	u = u.Normalize()
 	if x.r.tracer != nil {
 		x.endBackendSpan(u, "", failure)
@@ -102,7 +98,7 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 		return err
 	}
 	if x.streamOutcome(clientGone, failure) {
-		s.end(legs[0].norm.UsageChunk(u, &cost), failure, u, cost)
+		s.end(nil, legs[0].norm.UsageChunk(u, &cost), failure, u, cost)
 	}
 	return nil
 }
@@ -112,10 +108,8 @@ var errLegFailed = errors.New("another choice's stream failed")
 
 // streamLeg is one of streamN's upstream streams.
 type streamLeg struct {
-	norm     openai.StreamNormalizer
-	done     bool
-	readErr  error
-	failure  error
+	norm openai.StreamNormalizer
+	streamRead
 	answered bool // a 2xx event stream
 }
 
@@ -140,34 +134,12 @@ func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *upstr
 	l.answered = true
 	er := openai.NewEventReader(resp.Body)
 	er.OnWait = s.flush
-	for {
-		ev, err := er.Next()
-		if err != nil {
-			l.readErr = err
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(err, io.EOF) {
-				if c := x.capError(cause); c != nil {
-					l.failure = c
-				} else if errors.Is(cause, errLegFailed) {
-					l.failure = errLegFailed
-				}
-			}
-			return
-		}
-		s.lastUpstream.Store(x.r.now().UnixNano())
-		out, err := l.norm.Event(ev)
-		if errors.Is(err, openai.ErrDone) {
-			l.done = true
-			return
-		}
-		if err != nil {
-			l.failure = err
-			return
-		}
+	l.streamRead = s.readEvents(er, &l.norm, func(out []byte, _ int64) bool {
 		if out == nil {
-			continue
+			return true
 		}
 		if !s.send(reindexChunk(out, i)) {
-			return // the client is gone
+			return false // the client is gone
 		}
 		if l.norm.DeliveredBytes() > 0 {
 			first.Do(func() {
@@ -177,6 +149,16 @@ func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *upstr
 			})
 			if prog.prog.pr != nil {
 				prog.note(x, i, l.norm.FinalUsage(x.promptEstimate))
+			}
+		}
+		return true
+	})
+	if l.readErr != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(l.readErr, io.EOF) {
+			if c := x.capError(cause); c != nil {
+				l.failure = c
+			} else if errors.Is(cause, errLegFailed) {
+				l.failure = errLegFailed
 			}
 		}
 	}
@@ -207,19 +189,13 @@ func (p *legProgress) note(x *exchange, i int, u openai.Usage) {
 
 // served reports whether the stream ended as a stream should.
 func (l *streamLeg) served() bool {
-	return l.failure == nil && (l.done || (errors.Is(l.readErr, io.EOF) && l.norm.SawFinish()))
+	return l.failure == nil && l.finished(&l.norm)
 }
 
 // usage is what the stream is billed: the backend's usage when it gave one,
 // else a local count of what was delivered (nothing when nothing was).
 func (l *streamLeg) usage(promptEstimate int64) openai.Usage {
-	if u, ok := l.norm.Usage(); ok {
-		return u
-	}
-	if l.norm.DeliveredBytes() == 0 && !l.served() {
-		return openai.Usage{}
-	}
-	return l.norm.FinalUsage(promptEstimate)
+	return streamUsage(&l.norm, l.served(), promptEstimate)
 }
 
 var choiceZero = []byte(`"choices":[{"index":0,`)
