@@ -111,7 +111,8 @@ type ConsoleStore interface {
 	// the one stored first).
 	ConsoleSecret(ctx context.Context, fresh []byte) ([]byte, error)
 	// OperatorEntries returns the account's ledger entries that are not
-	// charges (opening, credits, debits), newest first, at most limit.
+	// charges (opening, credits, debits, payments, refunds, disputes),
+	// newest first, at most limit.
 	OperatorEntries(ctx context.Context, accountID string, limit int) ([]LedgerEntry, error)
 	// PasswordHash returns the account's encoded password hash; ErrNotFound
 	// when none was set.

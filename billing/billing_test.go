@@ -363,12 +363,14 @@ func TestCommittedBatchesAnswerOnlyWhenDurable(t *testing.T) {
 
 // TestLoneClientDoesNotWaitForCompany: a client whose operations come one at
 // a time is never held back to share a commit or a sync, even while other
-// requests (long streams) hold money. The wait is set far above what the
-// operations take, so that one wait would show.
+// requests (long streams) hold money. No batch waits for company at all
+// (Stats.Lingering, which no scheduling delay can move, stays 0).
 func TestLoneClientDoesNotWaitForCompany(t *testing.T) {
 	_, b, a, k := setup(t, billing.Options{NoReserve: true, BatchWait: 2 * time.Second}, tollgate.Dollars(10))
-	if d := loneClient(t, b, a, k); d > time.Second {
-		t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 2s)", d)
+	before := b.Stats().Lingering
+	loneClient(t, b, a, k)
+	if d := b.Stats().Lingering - before; d != 0 {
+		t.Errorf("10 operations one at a time waited %s for company (batch_wait 2s)", d)
 	}
 }
 
@@ -459,10 +461,13 @@ func TestBatchOfOneStillLingers(t *testing.T) {
 // wait for company like any batch while requests are in flight, instead of
 // each being written at once (with them, async settles measured at half the
 // throughput of synchronous ones, batches of 2). Ten async settles come 10
-// ms apart while another request is in flight; writes take 50 ms.
+// ms apart while another request is in flight; writes take 50 ms. The wait
+// is 4 s, so the batch closes only after a pause in arrivals of 1 s (a
+// quarter of it): only a stall of the test of that long, not a loaded
+// machine's usual delays, could split the ten.
 func TestAsyncSettlesShareBatches(t *testing.T) {
 	db, a, k := storeWithAccount(t)
-	b := billing.New(slowStore{db: db, d: 50 * time.Millisecond}, billing.Options{NoReserve: true, AsyncSettle: true, BatchWait: 400 * time.Millisecond})
+	b := billing.New(slowStore{db: db, d: 50 * time.Millisecond}, billing.Options{NoReserve: true, AsyncSettle: true, BatchWait: 4 * time.Second})
 	defer b.Close()
 	ids := make([]string, 11) // the last stays in flight
 	for i := range ids {
@@ -497,7 +502,7 @@ func TestLoneClientWithReservations(t *testing.T) {
 	if _, err := hold(t, b, a, k, tollgate.MustParseAmount("0.01")); err != nil { // stays open
 		t.Fatal(err)
 	}
-	start := time.Now()
+	before := b.Stats()
 	for _, amt := range []string{"0.01", "5", "0.01", "20"} {
 		id, err := hold(t, b, a, k, tollgate.MustParseAmount(amt))
 		if err != nil {
@@ -507,8 +512,14 @@ func TestLoneClientWithReservations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := time.Since(start); d > 400*time.Millisecond {
-		t.Errorf("four holds and settles one at a time took %v: something waited for company", d)
+	// Stats.Lingering grows only when a batch waits for company: nothing
+	// of a loaded machine's timing can move it.
+	after := b.Stats()
+	if after.Batches == before.Batches {
+		t.Fatal("four holds and settles wrote no batch")
+	}
+	if after.Lingering != before.Lingering {
+		t.Errorf("four holds and settles one at a time waited %v for company", after.Lingering-before.Lingering)
 	}
 }
 
@@ -527,12 +538,14 @@ func (s slowCommitter) ApplyBillingCommitted(ctx context.Context, ops []*tollgat
 // whole wait; under load every client ended up parked and the CPU idle).
 //
 // Writes take 50 ms. Settle X is written alone (0–50 ms); settle Y comes at
-// 10 ms and then waits for company (another hold is in flight) for up to a
-// quarter of the 1 s batch wait. X must be answered soon after its write.
+// 10 ms and then waits for company (another hold is in flight) for a
+// quarter of the 8 s batch wait, 2 s. X must be answered before that wait
+// ends: within 1.5 s, a bound no loaded machine's delays come near and one
+// that waiting for Y's batch could not meet.
 func TestCommittedBatchDoesNotWaitForAGatheringOne(t *testing.T) {
 	db, a, k := storeWithAccount(t)
 	var err error
-	b := billing.New(slowCommitter{slowStore{db: db, d: 50 * time.Millisecond}}, billing.Options{NoReserve: true, BatchWait: time.Second})
+	b := billing.New(slowCommitter{slowStore{db: db, d: 50 * time.Millisecond}}, billing.Options{NoReserve: true, BatchWait: 8 * time.Second})
 	defer b.Close()
 	var ids [3]string
 	for i := range ids {
@@ -553,7 +566,7 @@ func TestCommittedBatchDoesNotWaitForAGatheringOne(t *testing.T) {
 	if _, err := b.Settle(context.Background(), ids[0], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 200*time.Millisecond {
+	if d := time.Since(start); d >= 1500*time.Millisecond {
 		t.Errorf("settle X answered after %s: it waited for the next batch's company (its write took 50 ms)", d)
 	}
 	wg.Wait()
@@ -565,23 +578,26 @@ func TestCommittedBatchDoesNotWaitForAGatheringOne(t *testing.T) {
 // TestLoneClientDoesNotWaitWithAsyncOrSeveralWorkers: the lone-client
 // guarantee with async settles (a client's next hold comes microseconds after
 // its settle was queued) and with several workers (another worker's slow
-// write says nothing about this client's pace). BatchWait is 2 s, so that one
-// wait would show.
+// write says nothing about this client's pace). BatchWait is 8 s: a batch
+// that waited for company would wait at least 2 s (a quarter of it, with no
+// arrival), so 10 operations within 1.5 s waited for none, however loaded
+// the machine. (With async settles a batch of them alone does wait, until the
+// client's next hold joins it, so Stats.Lingering is not 0 here.)
 func TestLoneClientDoesNotWaitWithAsyncOrSeveralWorkers(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		o    billing.Options
 		slow time.Duration // the store's first write takes this long
 	}{
-		{"async settles", billing.Options{NoReserve: true, AsyncSettle: true, BatchWait: 2 * time.Second}, 0},
-		{"four workers", billing.Options{NoReserve: true, Workers: 4, BatchWait: 2 * time.Second}, 200 * time.Millisecond},
+		{"async settles", billing.Options{NoReserve: true, AsyncSettle: true, BatchWait: 8 * time.Second}, 0},
+		{"four workers", billing.Options{NoReserve: true, Workers: 4, BatchWait: 8 * time.Second}, 200 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			db, a, k := storeWithAccount(t)
 			b := billing.New(&firstSlowStore{slowStore: slowStore{db: db, d: c.slow}}, c.o)
 			defer b.Close()
-			if d := loneClient(t, b, a, k); d > 400*time.Millisecond {
-				t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 2s)", d)
+			if d := loneClient(t, b, a, k); d >= 1500*time.Millisecond {
+				t.Errorf("10 operations one at a time took %s: something waited for company (batch_wait 8s)", d)
 			}
 		})
 	}

@@ -345,7 +345,8 @@ type opAccountData struct {
 	Row  opAccountRow
 	Keys []tollgate.Key
 	// Entries are the newest of its ledger entries that are not charges
-	// (the opening balance, credits, debits), with notes and who made them.
+	// (the opening balance, credits, debits, payments, refunds, disputes),
+	// with notes and who made them.
 	Entries []tollgate.LedgerEntry
 	Invite  string // the whole invitation link, shown once
 	Amount  string // what was typed, when the form comes back with an error

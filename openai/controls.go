@@ -3,7 +3,8 @@ package openai
 // Control is a request control that some servers accept and then ignore:
 // the client would get the opposite of what it asked, with a 200. The relay
 // routes a request that needs one to a node whose flavour honours it, or
-// refuses it (relay/controls.go); docs/streams.md lists ControlTable.
+// serves it itself (relay/controls.go, relay/emulate.go); docs/streams.md
+// lists ControlTable.
 type Control uint8
 
 const (

@@ -226,6 +226,13 @@ func TestStreamForNChoicesFails(t *testing.T) {
 	if len(fb.charges) != 0 {
 		t.Fatalf("charged %+v for a refused request", fb.charges)
 	}
+	// Not streamed, and with a tool choice enforced: the same error.
+	for _, extra := range []string{`"n":2`, weatherTools + `,"tool_choice":"required","stream":true`} {
+		_, te = serve(t, New(r0.Catalog(), Options{}, Deps{Biller: fb}), `{"model":"oll",`+extra+`,"messages":[{"role":"user","content":"hi [sim fault=context_length]"}]}`)
+		if te == nil || te.Code != tollgate.CodeContextLengthExceeded || len(fb.charges) != 0 {
+			t.Fatalf("%s: an upstream refusal: %+v, charges %+v", extra, te, fb.charges)
+		}
+	}
 }
 
 // A stream for n choices records its charge so far in the journal, summed

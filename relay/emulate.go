@@ -20,16 +20,17 @@ import (
 //
 //   - n > 1: n calls of the chosen node at once, each without n, merged into
 //     one answer whose choices are indexed 0..n-1, usage summed, one charge
-//     (the hold already covers n answers);
+//     (the hold covers n answers and n prompts);
 //   - tool_choice "required" or a named function: the answer is constrained
 //     to a call of an allowed function by the server's structured output
 //     (openai.ChatRequest.ToolCallSchema) and handed over as a tool call.
 //
-// The backend calls are not streamed: a streamed request gets the answer
-// once it is whole, as a stream of the reference's shape (keep-alives while
-// it waits). The response says what was served this way in
-// X-Tollgate-Emulated; a control that could not be enforced at all is named
-// in X-Tollgate-Not-Enforced.
+// A stream for n choices alone is n live streams (emulate_stream.go). Here
+// the backend calls are not streamed: a streamed request gets the answer
+// once it is whole (a tool call is one only then), as a stream of the
+// reference's shape, with keep-alives while it waits. The response says
+// what was served this way in X-Tollgate-Emulated; a control that could not
+// be enforced at all is named in X-Tollgate-Not-Enforced.
 
 const (
 	emulatedHeader    = "X-Tollgate-Emulated"
@@ -93,6 +94,7 @@ func (x *exchange) emulated(w http.ResponseWriter, req *http.Request, ctl openai
 	if err != nil {
 		err = x.transportError(ctx, req, err)
 		if s == nil {
+			w.Header().Del(emulatedHeader) // an error, not an answer served so
 			return err
 		}
 		return x.failEmulatedStream(s, req, err)
@@ -342,6 +344,7 @@ func (x *exchange) failEmulatedStream(s *streamer, req *http.Request, err error)
 		return nil
 	case !s.committed:
 		x.call.Outcome = "failed"
+		s.w.Header().Del(emulatedHeader) // an error, not an answer served so
 		return err
 	}
 	x.call.Outcome = "failed_mid_stream"

@@ -91,6 +91,7 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 	defer s.mu.Unlock()
 	if failure != nil && !s.committed && !clientGone {
 		x.call.Outcome = "failed"
+		w.Header().Del(emulatedHeader) // an error, not an answer served so
 		return x.transportError(ctx, req, failure)
 	}
 	cost, err := x.settleStream(u, served)

@@ -235,10 +235,11 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 		// One search loop makes one answer, whose tool calls are the
 		// model's: n and a tool choice no node honours are not enforced
 		// (docs/decisions.md).
-		if ne := emulate&toolControls | emulate&openai.ControlN; ne != 0 || cr.N > 1 {
-			if cr.N > 1 {
-				ne |= openai.ControlN
-			}
+		ne := emulate
+		if cr.N > 1 {
+			ne |= openai.ControlN
+		}
+		if ne != 0 {
 			w.Header().Set(notEnforcedHeader, controlParams(ne))
 		}
 		return r.serveSearch(w, req, call, cr, m, b, node)

@@ -303,7 +303,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("playground: %s", usage)
 		}
 		if strings.Contains(usage, "cost") {
-			if !regexp.MustCompile(`25 completion tokens · cost 0\.0000750001\d* USD`).MatchString(usage) {
+			if !regexp.MustCompile(`25 completion tokens · cost 0\.000075 USD \(exactly 0\.000075000175\)`).MatchString(usage) {
 				t.Errorf("playground usage %q, want 25 completion tokens and their cost", usage)
 			}
 			break

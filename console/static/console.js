@@ -57,6 +57,19 @@ if (pg) {
     rd.onload = () => { image = rd.result; preview.src = image; preview.hidden = false; };
     rd.readAsDataURL(f);
   });
+  // usd writes an amount (a decimal string) by the console's one rule for
+  // money: 6 decimals, rounded half away from zero, and the exact amount to
+  // the picodollar beside it when the rounding lost digits. BigInt, never a
+  // float.
+  const usd = (s) => {
+    const m = /^(-?)(\d+)(?:\.(\d{1,12}))?$/.exec(String(s));
+    if (!m) return s + " USD";
+    const frac = (m[3] || "").padEnd(12, "0");
+    const pico = BigInt(m[2] + frac);
+    const q = (pico + 500000n) / 1000000n;
+    const shown = (m[1] && q !== 0n ? "-" : "") + (q / 1000000n).toString() + "." + (q % 1000000n).toString().padStart(6, "0");
+    return pico % 1000000n === 0n ? shown + " USD" : shown + " USD (exactly " + m[1] + m[2] + "." + frac + ")";
+  };
   const getTimeTool = {
     type: "function",
     function: {
@@ -147,7 +160,7 @@ if (pg) {
         if (chunk.usage) {
           const u = chunk.usage;
           line = u.prompt_tokens + " prompt + " + u.completion_tokens + " completion tokens" +
-            (u.cost ? " · cost " + u.cost + " USD" : "") + (backend ? " · served by the " + backend + " backend" : "");
+            (u.cost ? " · cost " + usd(u.cost) : "") + (backend ? " · served by the " + backend + " backend" : "");
         }
       }
     }
