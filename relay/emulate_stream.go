@@ -99,7 +99,7 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 		return err
 	}
 	if x.streamOutcome(clientGone, failure) {
-		s.end(nil, legs[0].norm.UsageChunk(u, &cost), failure, u, cost)
+		s.end(s.buf[:0], legs[0].norm.UsageChunk(u, &cost), failure, u, cost)
 	}
 	return nil
 }

@@ -319,7 +319,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	if !x.streamOutcome(clientGone, failure) {
 		return nil
 	}
-	var out []byte // the closing chunks
+	out := make([]byte, 0, 1024) // the closing chunks
 	data := func(chunk []byte) { out = openai.AppendData(out, chunk) }
 	if failure == nil {
 		if anns := sr.annotations(sr.content.String()); anns != nil {

@@ -151,7 +151,7 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 	if !x.streamOutcome(clientGone, failure) {
 		return nil
 	}
-	s.end(nil, norm.UsageChunk(u, &cost), failure, u, cost)
+	s.end(s.buf[:0], norm.UsageChunk(u, &cost), failure, u, cost)
 	return nil
 }
 
@@ -254,14 +254,15 @@ func (x *exchange) streamOutcome(clientGone bool, failure error) bool {
 	return true
 }
 
-// end writes a stream's closing events (already framed; nil for none), its
-// usage chunk and its last event ([DONE] or the failure's error event), with
-// the cost for the trailer (under mu).
+// end writes a stream's closing events, its usage chunk and its last event
+// ([DONE] or the failure's error event), with the cost for the trailer
+// (under mu). closing holds the closing events, framed, and the rest is
+// appended to it (s.buf[:0] when there are none).
 func (s *streamer) end(closing, usageChunk []byte, failure error, u openai.Usage, cost tollgate.Amount) {
 	if !s.committed {
 		s.commit()
 	}
-	s.buf = openai.AppendData(append(s.buf[:0], closing...), usageChunk)
+	s.buf = openai.AppendData(closing, usageChunk)
 	s.buf = s.x.appendStreamEnd(s.buf, failure)
 	s.w.Header().Set("X-Tollgate-Cost", cost.String())
 	if u.Estimated {
