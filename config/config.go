@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -272,7 +273,13 @@ type Node struct {
 	MaxConcurrent int64 `yaml:"max_concurrent"`
 	// HealthURL overrides the flavour's health endpoint.
 	HealthURL string `yaml:"health_url"`
-	Key       string `yaml:"-"` // resolved from KeyEnv
+	// KVEvents is the node's KV-cache event stream, when it publishes one
+	// (vLLM's --kv-events-config endpoint as tollgate reaches it,
+	// tcp://host:port), and KVEventsReplay its replay socket
+	// (replay_endpoint); docs/config.md#kv-cache-events.
+	KVEvents       string `yaml:"kv_events"`
+	KVEventsReplay string `yaml:"kv_events_replay"`
+	Key            string `yaml:"-"` // resolved from KeyEnv
 }
 
 // Duration is a time.Duration written as "5m", "15s", ...
@@ -643,6 +650,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 			if nd.MaxConcurrent < 0 {
 				bad(nk+".max_concurrent", "must not be negative")
 			}
+			checkKVEvents(bad, nk, nd, b.Routing)
 			nd.Key = resolveKey(nk+".key_env", nd.KeyEnv)
 		}
 		switch b.Routing {
@@ -686,6 +694,33 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		b.Nodes = []Node{{Name: "fallback", URL: b.URL, KeyEnv: b.KeyEnv, Key: k, Flavour: b.Flavour, MaxConcurrent: b.MaxConcurrent}}
 	default:
 		bad(key+".class", "%q is not network or fallback", b.Class)
+	}
+}
+
+// checkKVEvents checks a node's kv_events keys: ZeroMQ tcp endpoints with
+// a host and a port, on a server that publishes such events (vLLM, SGLang),
+// behind prefix-cache routing (the only reader).
+func checkKVEvents(bad func(string, string, ...any), nk string, nd *Node, routing string) {
+	if nd.KVEvents == "" {
+		if nd.KVEventsReplay != "" {
+			bad(nk+".kv_events_replay", "needs kv_events (the node's event socket)")
+		}
+		return
+	}
+	for _, e := range []struct{ key, v string }{{"kv_events", nd.KVEvents}, {"kv_events_replay", nd.KVEventsReplay}} {
+		if e.v == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(e.v, "tcp://"))
+		if !strings.HasPrefix(e.v, "tcp://") || err != nil || host == "" || port == "" || host == "*" {
+			bad(nk+"."+e.key, "want a ZeroMQ address tollgate connects to, tcp://host:port (got %q)", e.v)
+		}
+	}
+	if nd.Flavour != openai.VLLM && nd.Flavour != openai.SGLang {
+		bad(nk+".kv_events", "KV-cache events come from vllm and sglang nodes, not %s", nd.Flavour)
+	}
+	if routing != "" && routing != RoutingPrefixCache {
+		bad(nk+".kv_events", "KV-cache events are read by prefix_cache routing only (this backend routes by %s)", routing)
 	}
 }
 

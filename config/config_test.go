@@ -405,3 +405,34 @@ func TestRoutingDefaultsAndValidation(t *testing.T) {
 		t.Errorf("routing on a fallback: %v", err)
 	}
 }
+
+func TestKVEventsValidation(t *testing.T) {
+	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o"})
+	node := `nodes: [{url: "http://10.0.0.1:8000/v1", key_env: NODE_KEY}]`
+	with := func(extra, routing string) string {
+		text := strings.Replace(minimal, node, `nodes: [{url: "http://10.0.0.1:8000/v1", key_env: NODE_KEY, `+extra+`}]`, 1)
+		if routing != "" {
+			text = strings.Replace(text, "        capabilities: [tools]\n", "        capabilities: [tools]\n        routing: "+routing+"\n", 1)
+		}
+		return text
+	}
+	c, err := Parse([]byte(with(`kv_events: "tcp://10.0.0.1:5557", kv_events_replay: "tcp://10.0.0.1:5558"`, "")), ".", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Models[0].Backends[0].Nodes[0]; n.KVEvents != "tcp://10.0.0.1:5557" || n.KVEventsReplay != "tcp://10.0.0.1:5558" {
+		t.Fatalf("parsed %+v", n)
+	}
+	for _, c := range []struct{ extra, routing, want string }{
+		{`kv_events: "10.0.0.1:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},
+		{`kv_events: "tcp://*:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},
+		{`kv_events: "tcp://10.0.0.1:5557", kv_events_replay: "tcp://10.0.0.1"`, "", "nodes[0].kv_events_replay: want a ZeroMQ address"},
+		{`kv_events_replay: "tcp://10.0.0.1:5558"`, "", "nodes[0].kv_events_replay: needs kv_events"},
+		{`kv_events: "tcp://10.0.0.1:5557", flavour: llamacpp`, "", "come from vllm and sglang nodes"},
+		{`kv_events: "tcp://10.0.0.1:5557"`, "least_outstanding", "read by prefix_cache routing only"},
+	} {
+		if _, err := Parse([]byte(with(c.extra, c.routing)), ".", e); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.extra, err, c.want)
+		}
+	}
+}

@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/upstream"
 )
@@ -85,6 +88,14 @@ type Node struct {
 	// prefix-cache routing (prefix.go). It goes with the node: a node the
 	// config removes or replaces takes its index with it.
 	prefix prefixIndex
+	// routeID names the node in rendezvous hashing: a hash of its URL, the
+	// same on every instance (prefix.go).
+	routeID uint64
+	// kv is the node's KV-cache event stream when it publishes one (nil:
+	// none); closed when a reload drops the node.
+	kv                   *kvevents.Subscriber
+	kvEndpoint, kvReplay string
+	kvBlocks             int // the bound of kv's index
 }
 
 // Dials is how many connections the node's client has opened for chat
@@ -188,6 +199,9 @@ type NodeSpec struct {
 	Flavour       openai.Flavour
 	MaxConcurrent int64  // 0: unlimited
 	HealthURL     string // "": the flavour's
+	// KVEvents is the node's KV-cache event socket (tcp://host:port, ""
+	// none) and KVEventsReplay its replay socket (prefix.go, kvevents).
+	KVEvents, KVEventsReplay string
 }
 
 // NewCatalog builds the catalogue. Nodes with the same URL and key are
@@ -229,13 +243,14 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 					healthURL = defaultHealthURL(base, nc.Flavour)
 				}
 				n := nodes[key]
-				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL) {
+				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL ||
+					n.kvEndpoint != nc.KVEvents || n.kvReplay != nc.KVEventsReplay) {
 					// Requests in flight read the previous node without a lock:
 					// changed settings make a new node instead of a write.
 					n = nil
 				}
 				if n == nil {
-					n = &Node{Name: nc.Name, BaseURL: base, Key: nc.Key, Flavour: nc.Flavour, Class: bc.Class}
+					n = &Node{Name: nc.Name, BaseURL: base, Key: nc.Key, Flavour: nc.Flavour, Class: bc.Class, routeID: nodeRouteID(base)}
 					nodes[key] = n
 					fresh[n] = true
 				}
@@ -246,6 +261,13 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 				}
 				if b.Routing == RoutingPrefixCache {
 					n.prefix.configure(bc.PrefixIndexTokens, bc.PrefixTTL)
+					if fresh[n] && nc.KVEvents != "" {
+						// The relay subscribes (Relay.startEvents). The index of
+						// the node's events is bounded like the prefix index:
+						// prefix_index_tokens, 16 tokens a block.
+						n.kvEndpoint, n.kvReplay = nc.KVEvents, nc.KVEventsReplay
+						n.kvBlocks = int(cmp.Or(bc.PrefixIndexTokens, DefaultPrefixIndexTokens) / kvevents.BlockTokens)
+					}
 				}
 				b.Nodes = append(b.Nodes, n)
 			}
@@ -257,6 +279,10 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 	}
 	return c
 }
+
+// nodeRouteID is a node's name in rendezvous hashing: its URL (the same on
+// every instance of one configuration).
+func nodeRouteID(base string) uint64 { return xxhash.Sum64String(base) }
 
 // defaultHealthURL is each flavour's liveness endpoint. vLLM, SGLang and
 // llama.cpp serve /health at the root (llama.cpp answers 503 while loading);

@@ -4,21 +4,42 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/openai"
 )
 
 // Prefix-cache routing (config: routing: prefix_cache), and round robin
-// (routing: round_robin), which needs the same hook in the picker. A model server
-// keeps the KV cache of the prompts it has served and skips the prefill of
-// a prefix it still holds; a conversation or an agent loop resends its
-// whole history each turn, so the node that served the last turn serves
-// the next one fastest. Each node has an index of the prompt prefixes
-// recently sent to it (prefix_index.go); a request goes to the able node
-// with the longest match unless that node has more than the backend's
-// prefix_margin requests in flight beyond the least loaded able node, and
-// then to the least loaded. The picker (route.go) does the rest as for
-// least_outstanding: only healthy nodes below max_concurrent are looked at.
+// (routing: round_robin), which needs the same hook in the picker. A model
+// server keeps the KV cache of the prompts it has served and skips the
+// prefill of a prefix it still holds; a conversation or an agent loop
+// resends its whole history each turn, so the node that served the last
+// turn serves the next one fastest.
+//
+// The choice must be the same whichever tollgate instance takes the turn,
+// without asking the others. So each request has a home: the able node
+// ranked first for its conversation by rendezvous hashing (the highest
+// mix of the conversation's hash and the node's URL), among the nodes with
+// at most the backend's prefix_margin requests in flight beyond the least
+// loaded. The conversation's hash covers the model, the tools and the
+// messages up to the first question (openai.OpeningEnd): every turn of a
+// conversation resends that unchanged, and conversations sharing a system
+// prompt differ in it, so they spread. Every instance computes the same
+// home from the same request; a node that is full, down or loaded beyond
+// the margin hands its conversations to the next in each one's ranking.
+//
+// Evidence then refines it: how much of the conversation beyond its
+// opening a node holds, by the node's own report (its KV-cache events,
+// package kvevents) when it publishes them, else by this instance's index
+// of the prompts it sent there (prefix_index.go). The home is kept when it
+// holds any of it; else the node holding the most (within the margin)
+// takes the request, as after a node was added, or a turn overflowed to
+// another node; else the home. Instances agree on where a conversation
+// went (they chose alike), so their evidence agrees too, if shallower.
+// A node that publishes its KV-cache events is judged by them: what it
+// holds is then the same on every instance, evictions included.
 
 // prefixRoute is one request's prefix routing state, on the caller's stack.
 type prefixRoute struct {
@@ -27,14 +48,22 @@ type prefixRoute struct {
 	now    int64
 	stats  *prefixCounters
 
-	// The current pick attempt.
-	best      *Node
-	bestB     *Backend
-	bestMatch int
-	bestLoad  int64
-	margin    int64
-	matched   int  // blocks matched on the node chosen
-	fellBack  bool // a match existed but its node was too loaded
+	conv    uint64 // the conversation's hash: model, tools, messages to the first question
+	opening int    // bytes of messages up to the end of the first question
+	tools   int    // bytes of the tools definitions
+
+	// keys are the prompt's blocks as a node's KV-cache events name them
+	// (kvevents.PromptKeys), computed when a node of the model publishes them.
+	keys    []uint64
+	keysBuf *[]uint64
+
+	// The current pick attempt: the able prefix-routed nodes seen.
+	cands []prefixCand
+	arr   [8]prefixCand // cands' storage for up to 8 nodes
+	// The decision.
+	matched  int  // blocks of hashes matched on the node chosen (this instance's index)
+	fellBack bool // a node held more of the conversation but was too loaded
+	known    bool // the node chosen was known to hold some of the prompt
 
 	retry bool // a refused connection's second pick: not counted again
 
@@ -42,6 +71,16 @@ type prefixRoute struct {
 	roundRobin bool
 	first      *Node
 	firstB     *Backend
+}
+
+// prefixCand is an able node of a prefix-routed backend.
+type prefixCand struct {
+	b     *Backend
+	n     *Node
+	load  int64
+	rank  uint64 // rendezvous score for the conversation
+	held  int    // bytes of the messages beyond the opening the node holds (0: none)
+	local int    // blocks of hashes this instance's index holds on it
 }
 
 // prefixCounters count prefix routing decisions (see PrefixStats).
@@ -52,17 +91,31 @@ type prefixCounters struct {
 
 // PrefixStats describe prefix-cache routing since the relay started.
 type PrefixStats struct {
-	Requests  int64 // requests routed by prefix_cache with at least one full block
-	Hits      int64 // sent to the node holding the longest matching prefix
-	Fallbacks int64 // a node held a prefix but was too loaded: least outstanding took it
-	Misses    int64 // no able node held any block of the prompt
+	Requests int64 // requests routed by prefix_cache with at least one full block
+	// Hits were sent to a node known to hold some of the prompt (by its
+	// events, or this instance's index).
+	Hits int64
+	// Fallbacks: only nodes loaded beyond the margin held some of it; the
+	// home took the request.
+	Fallbacks int64
+	// Misses: the node chosen was not known to hold any of the prompt (a
+	// conversation's first turn, or one this instance knows nothing of).
+	Misses int64
 	// MatchedBlocks / PromptBlocks is the share of the prompts' blocks
-	// that the chosen node held (PrefixBlockBytes each).
+	// that this instance's index held on the chosen node (PrefixBlockBytes
+	// each).
 	PromptBlocks, MatchedBlocks int64
 	// The indexes of the catalogue's nodes now: blocks held and their
 	// memory (an estimate, 48 bytes a block).
 	IndexBlocks int64
 	IndexBytes  int64
+	// EventBlocks and EventBytes: the same for the nodes' KV-cache events
+	// (kv_events), and EventsLive how many of those nodes are trusted now.
+	EventBlocks, EventBytes int64
+	EventsLive, EventNodes  int
+	// The nodes' batches: applied, of which replayed after a gap; gaps
+	// that could not be replayed; restarts of a node's numbering.
+	EventBatches, EventReplayed, EventLost, EventRestarts int64
 }
 
 // PrefixStats returns the counters of prefix routing and the index sizes.
@@ -74,6 +127,19 @@ func (r *Relay) PrefixStats() PrefixStats {
 		b, bytes := n.prefix.size()
 		s.IndexBlocks += int64(b)
 		s.IndexBytes += bytes
+		if n.kv != nil {
+			st := n.kv.Stats()
+			s.EventBlocks += int64(st.Blocks)
+			s.EventBytes += st.Bytes
+			s.EventNodes++
+			s.EventBatches += st.Batches
+			s.EventReplayed += st.Replayed
+			s.EventLost += st.Lost
+			s.EventRestarts += st.Restarts
+			if _, live := n.kv.Match(nil, r.now().UnixNano()); live {
+				s.EventsLive++
+			}
+		}
 	}
 	return s
 }
@@ -86,7 +152,7 @@ var prefixBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 512); return
 // Nodes found down lose their index here: a server that went away may come
 // back with an empty cache.
 func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatRequest) *prefixRoute {
-	prefix := false
+	prefix, events := false, false
 	for _, b := range m.Backends {
 		switch b.Routing {
 		case RoutingRoundRobin:
@@ -97,18 +163,14 @@ func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatReque
 				if !n.Healthy() {
 					n.prefix.reset()
 				}
+				events = events || n.kv != nil
 			}
 		}
 	}
 	if prefix {
-		bp := prefixBufs.Get().(*[]uint64)
-		if h := hashPrefix((*bp)[:0], m.ID, cr.Field("tools"), cr.Field("messages")); len(h) > 0 {
-			pr.hashes, pr.buf = h, bp
-			pr.now = r.now().UnixNano()
-			pr.stats = &r.prefixStats
-		} else {
-			prefixBufs.Put(bp)
-		}
+		pr.hash(m.ID, cr.Field("tools"), cr.Field("messages"), events)
+		pr.now = r.now().UnixNano()
+		pr.stats = &r.prefixStats
 	}
 	if pr.hashes == nil && !pr.roundRobin {
 		return nil
@@ -116,8 +178,59 @@ func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatReque
 	return pr
 }
 
-// done returns the hash buffer; pr is not used after it.
+// hash fills the request's block hashes, its conversation's hash and, when
+// a node publishes its cache (events), the keys its events are matched by.
+// Nothing when the messages have no full block.
+func (pr *prefixRoute) hash(model string, tools, msgs []byte, events bool) {
+	bp := prefixBufs.Get().(*[]uint64)
+	h := hashPrefix((*bp)[:0], model, tools, msgs)
+	if len(h) == 0 {
+		prefixBufs.Put(bp)
+		return
+	}
+	pr.hashes, pr.buf = h, bp
+	pr.opening = openai.OpeningEnd(msgs)
+	pr.tools = len(tools)
+	pr.conv = conversationHash(model, tools, msgs[:pr.opening])
+	if events {
+		kp := prefixBufs.Get().(*[]uint64)
+		pr.keys, pr.keysBuf = kvevents.PromptKeys((*kp)[:0], tools, msgs), kp
+	}
+}
+
+// conversationHash names a conversation alike on every instance (a fixed
+// hash, not the process's random seed): the model, the tools, and the
+// messages' opening.
+func conversationHash(model string, tools, opening []byte) uint64 {
+	d := xxhash.New()
+	d.WriteString(model)
+	d.Write([]byte{0})
+	d.Write(tools)
+	d.Write([]byte{0})
+	d.Write(opening)
+	return d.Sum64()
+}
+
+// rendezvous is a node's score for a conversation: the node with the
+// highest score is its home. Removing a node moves only its own
+// conversations, each to its second-ranked node.
+func rendezvous(conv, node uint64) uint64 {
+	x := conv ^ node
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return x
+}
+
+// done returns the hash buffers; pr is not used after it.
 func (pr *prefixRoute) done() {
+	if pr.keysBuf != nil {
+		*pr.keysBuf = pr.keys[:0]
+		prefixBufs.Put(pr.keysBuf)
+		pr.keysBuf, pr.keys = nil, nil
+	}
 	if pr.buf == nil {
 		return
 	}
@@ -129,7 +242,7 @@ func (pr *prefixRoute) done() {
 // begin starts a pick attempt.
 func (pr *prefixRoute) begin() {
 	if pr != nil {
-		pr.best, pr.bestB, pr.bestMatch, pr.bestLoad = nil, nil, 0, 0
+		pr.cands = pr.arr[:0]
 		pr.first, pr.firstB = nil, nil
 	}
 }
@@ -149,19 +262,27 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 	if b.Routing != RoutingPrefixCache || pr.hashes == nil {
 		return
 	}
-	m := n.prefix.match(pr.hashes, pr.now)
-	if m == 0 {
-		return
+	c := prefixCand{b: b, n: n, load: load, rank: rendezvous(pr.conv, n.routeID)}
+	c.local = n.prefix.match(pr.hashes, pr.now)
+	held := c.local * PrefixBlockBytes
+	if n.kv != nil && pr.keys != nil {
+		// The node's own word, when it is heard: blocks of tools then messages.
+		if blocks, live := n.kv.Match(pr.keys, pr.now); live {
+			held = blocks*kvevents.BlockBytes - pr.tools
+		}
 	}
-	if m > pr.bestMatch || (m == pr.bestMatch && load < pr.bestLoad) {
-		pr.best, pr.bestB, pr.bestMatch, pr.bestLoad, pr.margin = n, b, m, load, b.PrefixMargin
+	if held > pr.opening {
+		c.held = held
 	}
+	pr.cands = append(pr.cands, c)
 }
 
-// choose returns the node to try: round robin's next node; else the one
-// with the longest match when its load is within the margin of the least
-// loaded node's; else the least loaded (least, of backend leastB, with
-// leastLoad in flight).
+// choose returns the node to try: round robin's next node; else, among the
+// prefix-routed nodes within their margin of the least loaded, the home
+// when it holds some of the conversation, else the node holding the most
+// of it, else the home; else the least loaded (least, of backend leastB,
+// with leastLoad in flight).
+
 func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*Backend, *Node) {
 	if pr == nil || least == nil {
 		return leastB, least
@@ -169,21 +290,35 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 	if pr.first != nil {
 		return pr.firstB, pr.first
 	}
-	pr.fellBack = false
-	if pr.best != nil && pr.best != least {
-		if pr.bestLoad <= leastLoad+pr.margin {
-			pr.matched = pr.bestMatch
-			return pr.bestB, pr.best
+	pr.fellBack, pr.known, pr.matched = false, false, 0
+	var home, most *prefixCand
+	for i := range pr.cands {
+		c := &pr.cands[i]
+		if c.load > leastLoad+c.b.PrefixMargin {
+			if c.held > 0 {
+				pr.fellBack = true
+			}
+			continue
 		}
-		pr.fellBack = true
+		if home == nil || c.rank > home.rank {
+			home = c
+		}
+		if c.held > 0 && (most == nil || c.held > most.held || (c.held == most.held && c.rank > most.rank)) {
+			most = c
+		}
 	}
-	pr.matched = 0
-	if pr.best == least {
-		pr.matched = pr.bestMatch
-	} else if pr.fellBack && leastB.Routing == RoutingPrefixCache {
-		pr.matched = least.prefix.match(pr.hashes, pr.now)
+	pick := home
+	if pick != nil && pick.held == 0 && most != nil {
+		pick = most
 	}
-	return leastB, least
+	if pick == nil {
+		return leastB, least
+	}
+	if most != nil {
+		pr.fellBack = false // the conversation's node, or another holding it, was within reach
+	}
+	pr.matched, pr.known = pick.local, pick.held > 0 || pick.local > 0
+	return pick.b, pick.n
 }
 
 // record notes the prompt on the node that took it and counts the decision.
@@ -192,6 +327,9 @@ func (pr *prefixRoute) record(b *Backend, n *Node) {
 		return
 	}
 	n.prefix.record(pr.hashes, pr.now)
+	if n.kv != nil {
+		n.kv.Sent(pr.now)
+	}
 	if pr.retry {
 		return
 	}
@@ -200,7 +338,7 @@ func (pr *prefixRoute) record(b *Backend, n *Node) {
 	switch {
 	case pr.fellBack:
 		s.fallbacks.Add(1)
-	case pr.matched > 0:
+	case pr.known:
 		s.hits.Add(1)
 	default:
 		s.misses.Add(1)
@@ -218,6 +356,7 @@ func (x *exchange) retryRoute(pr *prefixRoute) *prefixRoute {
 		return nil
 	}
 	*pr = prefixRoute{hashes: x.prefixHashes, now: x.r.now().UnixNano(), stats: &x.r.prefixStats, retry: true}
+	pr.conv, pr.opening, pr.tools = x.prefixConv, x.prefixOpening, x.prefixTools
 	return pr
 }
 

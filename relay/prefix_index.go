@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/chainhash"
 )
 
 // PrefixBlockBytes is the size of one block of the prompt prefix index: the
@@ -37,24 +39,14 @@ var prefixSeed = maphash.MakeSeed()
 func hashPrefix(dst []uint64, model string, tools, messages []byte) []uint64 {
 	h := maphash.String(prefixSeed, model)
 	if len(tools) > 0 {
-		h = chainHash(h, maphash.Bytes(prefixSeed, tools))
+		h = chainhash.Next(h, maphash.Bytes(prefixSeed, tools))
 	}
 	for len(messages) >= PrefixBlockBytes {
-		h = chainHash(h, maphash.Bytes(prefixSeed, messages[:PrefixBlockBytes]))
+		h = chainhash.Next(h, maphash.Bytes(prefixSeed, messages[:PrefixBlockBytes]))
 		dst = append(dst, h)
 		messages = messages[PrefixBlockBytes:]
 	}
 	return dst
-}
-
-// chainHash mixes a block's hash into the hash of what came before it
-// (order matters: the mix is not symmetric).
-func chainHash(prev, block uint64) uint64 {
-	x := prev*0x9E3779B97F4A7C15 ^ block
-	x ^= x >> 32
-	x *= 0xD6E8FEB86659FD93
-	x ^= x >> 32
-	return x
 }
 
 // prefixIndex is one node's approximate record of the prompt prefixes sent

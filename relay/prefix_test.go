@@ -20,7 +20,8 @@ func prefixModel(margin int64, nodes ...*Node) (*Model, []*Backend) {
 func netNodes(k int, maxConc int64) []*Node {
 	var out []*Node
 	for i := 0; i < k; i++ {
-		out = append(out, &Node{Name: fmt.Sprint("n", i), Class: tollgate.ClassNetwork, MaxConcurrent: maxConc})
+		base := fmt.Sprintf("http://10.0.0.%d:8000/v1", i+1)
+		out = append(out, &Node{Name: fmt.Sprint("n", i), BaseURL: base, routeID: nodeRouteID(base), Class: tollgate.ClassNetwork, MaxConcurrent: maxConc})
 	}
 	return out
 }
@@ -28,7 +29,9 @@ func netNodes(k int, maxConc int64) []*Node {
 // routeTurn routes one turn of a conversation as ServeChat does.
 func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *Model, able []*Backend, msgs []byte) *Node {
 	t.Helper()
-	pr := prefixRoute{hashes: hashPrefix(nil, m.ID, nil, msgs), now: time.Now().UnixNano(), stats: stats}
+	pr := prefixRoute{now: time.Now().UnixNano(), stats: stats}
+	pr.hash(m.ID, nil, msgs, hasEvents(able))
+	defer pr.done()
 	_, n, err := p.route(m, able, nil, &pr)
 	if err != nil {
 		t.Fatal(err)
@@ -36,16 +39,27 @@ func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *Model, able []
 	return n
 }
 
+func hasEvents(able []*Backend) bool {
+	for _, b := range able {
+		for _, n := range b.Nodes {
+			if n.kv != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func TestPrefixRoutingKeepsAConversationOnItsNode(t *testing.T) {
 	nodes := netNodes(4, 8)
 	m, able := prefixModel(2, nodes...)
 	var p picker
 	var st prefixCounters
-	// Eight conversations take turns, each request finishing before the
+	// Forty conversations take turns, each request finishing before the
 	// next (no load): every conversation stays where its first turn went.
 	home := map[int]*Node{}
 	for turn := 1; turn <= 5; turn++ {
-		for c := 0; c < 8; c++ {
+		for c := 0; c < 40; c++ {
 			n := routeTurn(t, &p, &st, m, able, convo(fmt.Sprint("conversation ", c), turn, 300))
 			n.release()
 			if turn == 1 {
@@ -63,7 +77,7 @@ func TestPrefixRoutingKeepsAConversationOnItsNode(t *testing.T) {
 	if len(per) != 4 {
 		t.Fatalf("first turns on %d nodes, want all 4: %v", len(per), per)
 	}
-	if st.hits.Load() != 32 || st.requests.Load() != 40 || st.fallbacks.Load() != 0 {
+	if st.hits.Load() != 160 || st.requests.Load() != 200 || st.fallbacks.Load() != 0 {
 		t.Fatalf("hits %d requests %d fallbacks %d", st.hits.Load(), st.requests.Load(), st.fallbacks.Load())
 	}
 }
@@ -100,13 +114,13 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 		n.release()
 	}
 	d.inflight.Add(-4)
-	// Turn 4 of c goes where turn 3 went: that node holds the longest prefix.
-	if got := routeTurn(t, &p, &st, m, able, convo("c", 4, 500)); got != n {
-		t.Fatalf("turn 4 went to %s, turn 3 to %s", got.Name, n.Name)
+	// Turn 4 of c goes back to its home: it holds turns 1-2, and every
+	// instance, whichever took turn 3, agrees on it.
+	if got := routeTurn(t, &p, &st, m, able, convo("c", 4, 500)); got != first {
+		t.Fatalf("turn 4 went to %s, not back home to %s", got.Name, first.Name)
 	} else {
 		got.release()
 	}
-	first = n
 
 	// Down: never chosen, and its index is dropped when seen down.
 	first.reportUnreachable(HealthPolicy{FailureThreshold: 1, BackoffMin: time.Minute, BackoffMax: time.Minute}, true, time.Now())
@@ -125,7 +139,7 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	if b, _ := first.prefix.size(); b != 0 {
 		t.Fatalf("the down node still indexes %d blocks", b)
 	}
-	// The conversation now lives on the node that took turn 5.
+	// With its home down, the conversation lives on the node that took turn 5.
 	if got := routeTurn(t, &p, &st, m, able, convo("c", 6, 500)); got != n {
 		t.Fatalf("turn 6 went to %s, turn 5 to %s", got.Name, n.Name)
 	}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/upstream"
 )
@@ -119,8 +120,35 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 		now:     time.Now,
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	r.startEvents(cat)
 	r.catalog.Store(cat)
 	return r
+}
+
+// startEvents subscribes to the KV-cache events of the catalogue's nodes
+// that publish them and have no subscriber yet (before the catalogue is in
+// force: requests read Node.kv without a lock).
+func (r *Relay) startEvents(c *Catalog) {
+	if c == nil {
+		return
+	}
+	for _, n := range c.Nodes() {
+		if n.kvEndpoint != "" && n.kv == nil {
+			n.kv = kvevents.Subscribe(kvevents.Options{Endpoint: n.kvEndpoint, Replay: n.kvReplay, MaxBlocks: n.kvBlocks,
+				Log: r.log.With("node", n.Name)})
+		}
+	}
+}
+
+// Close stops following the nodes' KV-cache events.
+func (r *Relay) Close() {
+	if c := r.catalog.Load(); c != nil {
+		for _, n := range c.Nodes() {
+			if n.kv != nil {
+				n.kv.Close()
+			}
+		}
+	}
 }
 
 // h1For returns the node's client (package upstream), made on first use; nil
@@ -139,6 +167,7 @@ func (r *Relay) Catalog() *Catalog { return r.catalog.Load() }
 
 // SetCatalog swaps the catalogue (config reload). Requests in flight keep theirs.
 func (r *Relay) SetCatalog(c *Catalog) {
+	r.startEvents(c)
 	old := r.catalog.Swap(c)
 	if old == nil {
 		return
@@ -158,6 +187,9 @@ func (r *Relay) SetCatalog(c *Catalog) {
 		}
 		if p := n.probePool.Load(); p != nil {
 			p.CloseIdle()
+		}
+		if n.kv != nil {
+			n.kv.Close()
 		}
 	}
 }
@@ -267,7 +299,8 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes}
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes,
+		prefixConv: pr.conv, prefixOpening: pr.opening, prefixTools: pr.tools}
 	defer func() { x.node.release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
@@ -366,6 +399,9 @@ type exchange struct {
 	backendSpan  trace.Span
 	traceparent  string
 	prefixHashes []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
+	// The conversation's hash and the sizes of its opening and tools, for the same retry.
+	prefixConv                 uint64
+	prefixOpening, prefixTools int
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex

@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/kvevents"
 )
 
 // GPU makes a simulated server serve like a GPU box (docs/simulator.md
@@ -54,6 +56,10 @@ type gpu struct {
 	limit  int                      // blocks
 
 	hits, lookups, cachedTokens, promptTokens int64
+
+	// events, when set, publishes the cache's changes as vLLM's KV-cache
+	// events (kvevents.go); sent under mu, so in the order they happen.
+	events *kvevents.Publisher
 }
 
 var cacheSeed = maphash.MakeSeed()
@@ -142,6 +148,11 @@ func (g *gpu) lookupAndInsert(req *chatRequest) int {
 	}
 	// Touch the deepest block first, so the first blocks (shared by more
 	// prompts) are evicted last.
+	var stored []bool // blocks stored now, for the events
+	var removed []uint64
+	if g.events != nil {
+		stored = make([]bool, len(hashes))
+	}
 	for i := len(hashes) - 1; i >= 0; i-- {
 		if e, ok := g.blocks[hashes[i]]; ok {
 			g.lru.MoveToFront(e)
@@ -151,8 +162,17 @@ func (g *gpu) lookupAndInsert(req *chatRequest) int {
 			old := g.lru.Back()
 			delete(g.blocks, old.Value.(uint64))
 			g.lru.Remove(old)
+			if stored != nil {
+				removed = append(removed, old.Value.(uint64))
+			}
 		}
 		g.blocks[hashes[i]] = g.lru.PushFront(hashes[i])
+		if stored != nil {
+			stored[i] = true
+		}
+	}
+	if g.events != nil {
+		g.publish(req, hashes, stored, removed)
 	}
 	if cached > 0 {
 		g.hits++

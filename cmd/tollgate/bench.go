@@ -98,7 +98,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	obsRounds := fs.Int("rounds", 6, "with --observability: rounds per kind of request")
 	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as 'tollgate serve' logs at level info) to this file; the default discards it")
 	workload := fs.String("workload", "", "instead of the serving phases: conversations through tollgate to simulated GPU nodes with prefix caches, once per routing policy; a comma list of multiturn, agent, unrelated, or all")
-	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared")
+	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared (prefix_cache+kv: prefix_cache with the nodes publishing KV-cache events, read through kv_events)")
 	wlNodes := fs.Int("nodes", 4, "--workload: simulated GPU nodes")
 	wlSlots := fs.Int("node-slots", 16, "--workload: requests a node serves at once (its max_concurrent and the simulator's limit)")
 	wlCache := fs.Int("cache-tokens", 100_000, "--workload: each node's prefix cache, in tokens")
@@ -107,6 +107,10 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	wlMargin := fs.Int64("prefix-margin", config.DefaultPrefixMargin, "--workload: prefix_margin of the prefix_cache policy")
 	wlThink := fs.Duration("think", 500*time.Millisecond, "--workload: mean pause between a conversation's requests (the user typing, the tool running), uniform over 0.5-1.5 times it")
 	wlSeed := fs.Uint64("seed", 1, "--workload: seed of the generated conversations (the same under every policy)")
+	wlInstances := fs.Int("instances", 1, "--workload: also run each policy on this many tollgate instances sharing one store (--store), the requests spread over them in turn, next to one instance")
+	wlInstMargin := fs.Int64("instance-margin", -1, "--workload: prefix_margin of the runs on --instances (-1: --prefix-margin); each instance counts only its own requests in flight")
+	wlDisrupt := fs.String("disrupt", "", "--workload: halfway through each run, restart (empty node 0's cache), add (the last node joins) or remove (the last node leaves)")
+	wlWindow := fs.Duration("window", 0, "--workload: also report the cached share per window of this length (e.g. 5s)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
 		fmt.Fprintln(c.stderr, "       tollgate bench --workload all [--duration 20s] [--concurrency 32] [--nodes 4]")
@@ -128,13 +132,34 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		}
 		pols := strings.Split(*policies, ",")
 		for _, p := range pols {
-			if p != config.RoutingRoundRobin && p != config.RoutingLeastOutstanding && p != config.RoutingPrefixCache {
-				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding or prefix_cache", p)}
+			if p != config.RoutingRoundRobin && p != config.RoutingLeastOutstanding && p != config.RoutingPrefixCache && p != policyKV {
+				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding, prefix_cache or %s", p, policyKV)}
 			}
+		}
+		switch *wlDisrupt {
+		case "", "restart", "add", "remove":
+		default:
+			return usageError{fmt.Sprintf("--disrupt %q: want restart, add or remove", *wlDisrupt)}
+		}
+		if *wlDisrupt != "" && *wlNodes < 2 {
+			return usageError{"--disrupt needs --nodes 2 or more"}
+		}
+		storeSet := false
+		fs.Visit(func(f *flag.Flag) { storeSet = storeSet || f.Name == "store" })
+		if !storeSet && os.Getenv("TOLLGATE_TEST_POSTGRES") != "" {
+			*storeKind = "postgres" // the instances share PostgreSQL when it is there
+		}
+		if *storeKind != "sqlite" && *storeKind != "postgres" {
+			return usageError{fmt.Sprintf("--store %q: want sqlite or postgres", *storeKind)}
+		}
+		if *wlInstMargin < 0 {
+			*wlInstMargin = *wlMargin
 		}
 		return c.runWorkloads(ctx, workloadOpts{mixes: mixes, policies: pols, nodes: max(1, *wlNodes), clients: max(1, *conc),
 			duration: *dur, tokens: *tokens, slots: *wlSlots, cacheTokens: *wlCache, prefillRate: *wlPrefill,
-			decodeRate: *wlDecode, margin: *wlMargin, seed: *wlSeed, think: *wlThink})
+			decodeRate: *wlDecode, margin: *wlMargin, seed: *wlSeed, think: *wlThink,
+			instances: *wlInstances, instanceMargin: *wlInstMargin,
+			store: *storeKind, disrupt: *wlDisrupt, window: *wlWindow})
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

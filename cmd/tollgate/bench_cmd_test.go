@@ -62,3 +62,31 @@ func TestBenchCommandClientProcess(t *testing.T) {
 		t.Errorf("no time to first content from the client process in:\n%s", text)
 	}
 }
+
+// TestBenchCommandInstances runs the multi-instance workload briefly, with
+// the nodes' KV-cache events and a node restart halfway: a row for one
+// instance and one for two, both served without errors from the nodes'
+// caches, and the share per window.
+func TestBenchCommandInstances(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--workload", "multiturn", "--policies", "prefix_cache+kv",
+		"--nodes", "3", "--instances", "2", "--store", "sqlite", "--duration", "3s", "--concurrency", "6", "--think", "50ms",
+		"--prefill-tokens-per-sec", "200000", "--decode-tokens-per-sec", "2000", "--disrupt", "restart", "--window", "1s"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	text := out.String()
+	row := regexp.MustCompile(`multiturn +prefix_cache\+kv +(\d) +(\d+) +(\d+) .* ([0-9.]+)% `)
+	rows := row.FindAllStringSubmatch(text, -1)
+	if len(rows) != 2 || rows[0][1] != "1" || rows[1][1] != "2" {
+		t.Fatalf("want rows for 1 and 2 instances, got %q in:\n%s", rows, text)
+	}
+	for _, r := range rows {
+		if r[2] == "0" || r[3] != "0" || r[4] == "0.0" {
+			t.Errorf("%s instance(s): %s requests, %s errors, %s%% cached:\n%s", r[1], r[2], r[3], r[4], text)
+		}
+	}
+	if !strings.Contains(text, "cached share per 1s window (restart at 1.5s):") {
+		t.Errorf("no windows in:\n%s", text)
+	}
+}

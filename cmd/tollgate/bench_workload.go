@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
+	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/relay"
 	"github.com/tollgate/tollgate/simulate"
 )
@@ -37,11 +39,27 @@ type workloadOpts struct {
 	margin      int64
 	seed        uint64
 	think       time.Duration // mean pause between a conversation's requests
+	// instances: with more than 1, each policy runs on one tollgate and
+	// then on this many, sharing one store, the clients' requests spread
+	// over them in turn (a round-robin load balancer).
+	instances      int
+	instanceMargin int64  // prefix_margin of the runs on more than one instance
+	store          string // sqlite (a file shared by the instances) or postgres (TOLLGATE_TEST_POSTGRES)
+	// disrupt happens halfway through each run: "restart" empties node 0's
+	// cache (its server restarted), "add" adds the last node (absent until
+	// then), "remove" removes it.
+	disrupt string
+	window  time.Duration // the cached share is also reported per window of this length
 }
+
+// policyKV is prefix_cache with the nodes publishing KV-cache events that
+// tollgate reads (kv_events), as a policy of its own in the comparison.
+const policyKV = "prefix_cache+kv"
 
 // workloadResult is one policy on one mix.
 type workloadResult struct {
 	mix, policy  string
+	instances    int
 	requests     int64
 	errors       int64
 	elapsed      time.Duration
@@ -50,6 +68,8 @@ type workloadResult struct {
 	cachedTokens int64
 	perNode      []int64 // requests each node served
 	prefix       relay.PrefixStats
+	windows      []float64 // cached share in each window of the run
+	nodeBlocks   int64     // blocks the nodes' caches hold at the end
 }
 
 func (r *workloadResult) cachedShare() float64 {
@@ -86,32 +106,38 @@ func (r *workloadResult) spread() float64 {
 
 func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 	var all []workloadResult
+	counts := []int{1}
+	if o.instances > 1 {
+		counts = append(counts, o.instances)
+	}
 	for _, mix := range o.mixes {
 		for _, pol := range o.policies {
-			fmt.Fprintf(c.stderr, "%s, %s: %s with %d clients on %d nodes...\n", mix, pol, o.duration, o.clients, o.nodes)
-			r, err := runWorkload(ctx, o, mix, pol)
-			if err != nil {
-				return fmt.Errorf("%s, %s: %w", mix, pol, err)
+			for _, k := range counts {
+				fmt.Fprintf(c.stderr, "%s, %s, %d instance(s): %s with %d clients on %d nodes...\n", mix, pol, k, o.duration, o.clients, o.nodes)
+				r, err := runWorkload(ctx, o, mix, pol, k)
+				if err != nil {
+					return fmt.Errorf("%s, %s, %d instances: %w", mix, pol, k, err)
+				}
+				all = append(all, r)
 			}
-			all = append(all, r)
 		}
 	}
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "mix\tpolicy\trequests\terrors\treq/s\tprompt tok/s\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tspread (max/fair)\tper node\t")
+	fmt.Fprintln(w, "mix\tpolicy\tinstances\trequests\terrors\treq/s\tprompt tok/s\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tspread (max/fair)\tper node\t")
 	for _, r := range all {
 		slices.Sort(r.ttft)
 		per := make([]string, len(r.perNode))
 		for i, n := range r.perNode {
 			per[i] = fmt.Sprint(n)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n", r.mix, r.policy, r.requests, r.errors,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.1f\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n", r.mix, r.policy, r.instances, r.requests, r.errors,
 			float64(r.requests)/r.elapsed.Seconds(), float64(r.promptTokens)/r.elapsed.Seconds(), 100*r.cachedShare(),
 			r.meanTTFT().Round(time.Millisecond), pct(r.ttft, 0.5).Round(time.Millisecond), pct(r.ttft, 0.99).Round(time.Millisecond),
 			r.spread(), strings.Join(per, "/"))
 	}
 	w.Flush()
 	for _, r := range all {
-		if r.policy != config.RoutingPrefixCache {
+		if r.policy != config.RoutingPrefixCache && r.policy != policyKV {
 			continue
 		}
 		p := r.prefix
@@ -119,23 +145,50 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 		if p.PromptBlocks > 0 {
 			share = 100 * float64(p.MatchedBlocks) / float64(p.PromptBlocks)
 		}
-		fmt.Fprintf(c.stdout, "%s, prefix_cache: %d routed by prefix: %d hits, %d fallbacks to load, %d misses; matched %.1f%% of blocks; index %d blocks, %d KB\n",
-			r.mix, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
+		fmt.Fprintf(c.stdout, "%s, %s, %d instance(s): %d routed by prefix: %d hits, %d fallbacks to load, %d misses; the index matched %.1f%% of blocks; indexes %d blocks, %d KB\n",
+			r.mix, r.policy, r.instances, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
+		if p.EventNodes > 0 {
+			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; %d batches (%d replayed after a gap, %d gaps lost, %d restarts); their indexes %d blocks, %d KB (the nodes hold %d blocks, once per instance: %d)\n",
+				p.EventsLive, p.EventNodes, p.EventBatches, p.EventReplayed, p.EventLost, p.EventRestarts, p.EventBlocks, p.EventBytes/1024, r.nodeBlocks, r.nodeBlocks*int64(r.instances))
+		}
+	}
+	if o.window > 0 {
+		fmt.Fprintf(c.stdout, "\ncached share per %s window", o.window)
+		if o.disrupt != "" {
+			fmt.Fprintf(c.stdout, " (%s at %s)", o.disrupt, o.duration/2)
+		}
+		fmt.Fprintln(c.stdout, ":")
+		for _, r := range all {
+			parts := make([]string, len(r.windows))
+			for i, v := range r.windows {
+				parts[i] = fmt.Sprintf("%.0f%%", 100*v)
+			}
+			fmt.Fprintf(c.stdout, "  %s, %s, %d instance(s): %s\n", r.mix, r.policy, r.instances, strings.Join(parts, " "))
+		}
 	}
 	return nil
 }
 
-// gpuGateway is tollgate in this process in front of simulated GPU nodes.
+// gpuGateway is tollgate (one or more instances in this process, on one
+// store) in front of simulated GPU nodes.
 type gpuGateway struct {
-	main   *Main
+	main   *Main   // the first instance
+	mains  []*Main // every instance
 	sims   []*simulate.Running
+	pubs   []*kvevents.Publisher
 	secret string // an API key
 	dir    string
+	policy string
+	o      workloadOpts
+	k      int // instances
 }
 
 func (g *gpuGateway) close() {
-	if g.main != nil {
-		g.main.Close(context.Background())
+	for _, m := range g.mains {
+		m.Close(context.Background())
+	}
+	for _, p := range g.pubs {
+		p.Close()
 	}
 	for _, s := range g.sims {
 		s.Close()
@@ -144,15 +197,20 @@ func (g *gpuGateway) close() {
 }
 
 // startGPUGateway starts o.nodes simulated vLLM nodes with o's GPU
-// settings and tollgate routing model "wl" over them by policy.
-func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (g *gpuGateway, err error) {
-	g = &gpuGateway{}
+// settings and one tollgate routing model "wl" over them by policy.
+func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (*gpuGateway, error) {
+	return startGPUFleet(ctx, o, policy, 1)
+}
+
+// startGPUFleet starts o.nodes simulated vLLM nodes (publishing KV-cache
+// events under policyKV) and k tollgate instances on one store.
+func startGPUFleet(ctx context.Context, o workloadOpts, policy string, k int) (g *gpuGateway, err error) {
+	g = &gpuGateway{policy: policy, o: o, k: max(k, 1)}
 	defer func() {
 		if err != nil {
 			g.close()
 		}
 	}()
-	var nodes strings.Builder
 	for i := 0; i < o.nodes; i++ {
 		s, err := simulate.Start(simulate.Config{Flavour: simulate.VLLM, Models: []string{"wl-up"}, MaxRecorded: -1,
 			ContextLength: 1 << 20, Behaviour: simulate.Behaviour{OutputTokens: o.tokens},
@@ -162,16 +220,78 @@ func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (g *gpu
 			return g, err
 		}
 		g.sims = append(g.sims, s)
-		fmt.Fprintf(&nodes, "          - {name: gpu%d, url: \"%s/v1\", flavour: vllm, max_concurrent: %d}\n", i, s.URL(), o.slots)
+		if policy == policyKV {
+			p, err := s.PublishKVEvents("tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
+			if err != nil {
+				return g, err
+			}
+			g.pubs = append(g.pubs, p)
+		}
 	}
 	if g.dir, err = os.MkdirTemp("", "tollgate-workload-"); err != nil {
 		return g, err
 	}
+	nodes := o.nodes
+	if o.disrupt == "add" {
+		nodes-- // the last node joins halfway
+	}
+	path, err := g.writeConfig(nodes)
+	if err != nil {
+		return g, err
+	}
+	for i := 0; i < max(k, 1); i++ {
+		cfg, err := config.Load(path)
+		if err != nil {
+			return g, err
+		}
+		m := &Main{Config: cfg}
+		if err := m.Open(ctx); err != nil {
+			return g, err
+		}
+		g.mains = append(g.mains, m)
+	}
+	g.main = g.mains[0]
+	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "bench", Balance: tollgate.Dollars(1_000_000), Created: time.Now().UTC()}
+	if err := g.main.Store.CreateAccount(ctx, acct); err != nil {
+		return g, err
+	}
+	g.secret = tollgate.NewKeySecret()
+	if err := g.main.Store.CreateKey(ctx, tollgate.Key{ID: tollgate.NewID("key_"), AccountID: acct.ID, Prefix: tollgate.DisplayPrefix(g.secret), Created: time.Now().UTC()}, tollgate.HashKey(g.secret)); err != nil {
+		return g, err
+	}
+	return g, nil
+}
+
+// writeConfig writes the instances' config with the first n nodes and
+// returns its path.
+func (g *gpuGateway) writeConfig(n int) (string, error) {
+	o := g.o
+	// Each instance counts only its own requests in flight: an operator
+	// running k instances gives each 1/k of a node's slots, and a margin
+	// of its own (docs/config.md#routing).
+	slots, margin := ceilDiv(int64(o.slots), int64(g.k)), o.margin
+	if g.k > 1 {
+		margin = o.instanceMargin
+	}
+	var nodes strings.Builder
+	for i, s := range g.sims[:n] {
+		kv := ""
+		if g.policy == policyKV {
+			kv = fmt.Sprintf(", kv_events: %q, kv_events_replay: %q", g.pubs[i].PubAddr(), g.pubs[i].ReplayAddr())
+		}
+		fmt.Fprintf(&nodes, "          - {name: gpu%d, url: \"%s/v1\", flavour: vllm, max_concurrent: %d%s}\n", i, s.URL(), slots, kv)
+	}
+	store := "store:\n  sqlite: bench.db\n"
+	if o.store == "postgres" {
+		store = "store:\n  postgres_url_env: TOLLGATE_TEST_POSTGRES\n"
+	}
+	routing := g.policy
+	if routing == policyKV {
+		routing = config.RoutingPrefixCache
+	}
 	cfgText := fmt.Sprintf(`listen:
   api: 127.0.0.1:0
-store:
-  sqlite: bench.db
-billing:
+%sbilling:
   disabled: true
 health:
   interval: "off"
@@ -189,46 +309,102 @@ models:
         prefix_margin: %d
         prefix_index_tokens: %d
         nodes:
-%s`, policy, o.margin, o.cacheTokens, nodes.String())
+%s`, store, routing, margin, o.cacheTokens, nodes.String())
 	path := filepath.Join(g.dir, "tollgate.yaml")
-	if err := os.WriteFile(path, []byte(cfgText), 0o644); err != nil {
-		return g, err
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		return g, err
-	}
-	m := &Main{Config: cfg}
-	if err := m.Open(ctx); err != nil {
-		return g, err
-	}
-	g.main = m
-	acct := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "bench", Balance: tollgate.Dollars(1_000_000), Created: time.Now().UTC()}
-	if err := m.Store.CreateAccount(ctx, acct); err != nil {
-		return g, err
-	}
-	g.secret = tollgate.NewKeySecret()
-	if err := m.Store.CreateKey(ctx, tollgate.Key{ID: tollgate.NewID("key_"), AccountID: acct.ID, Prefix: tollgate.DisplayPrefix(g.secret), Created: time.Now().UTC()}, tollgate.HashKey(g.secret)); err != nil {
-		return g, err
-	}
-	return g, nil
+	return path, os.WriteFile(path, []byte(cfgText), 0o644)
 }
 
-// runWorkload runs one mix under one policy on fresh nodes.
-func runWorkload(ctx context.Context, o workloadOpts, mix, policy string) (workloadResult, error) {
-	res := workloadResult{mix: mix, policy: policy}
-	g, err := startGPUGateway(ctx, o, policy)
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// disruptNow does o.disrupt to the fleet.
+func (g *gpuGateway) disruptNow() error {
+	switch g.o.disrupt {
+	case "restart":
+		g.sims[0].ClearCache()
+		return nil
+	case "add", "remove":
+		n := g.o.nodes
+		if g.o.disrupt == "remove" {
+			n--
+		}
+		path, err := g.writeConfig(n)
+		if err != nil {
+			return err
+		}
+		for _, m := range g.mains {
+			if err := m.Reload(path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runWorkload runs one mix under one policy on fresh nodes, through k
+// instances.
+func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int) (workloadResult, error) {
+	res := workloadResult{mix: mix, policy: policy, instances: k}
+	g, err := startGPUFleet(ctx, o, policy, k)
 	if err != nil {
 		return res, err
 	}
 	defer g.close()
-	m, sims, secret := g.main, g.sims, g.secret
-	url := m.APIURL() + "/chat/completions"
+	urls := make([]string, len(g.mains))
+	for i, m := range g.mains {
+		urls[i] = m.APIURL() + "/chat/completions"
+	}
+	var next atomic.Uint64 // the load balancer's turn
+	sims, secret := g.sims, g.secret
 	client := newBenchClient()
 
 	var mu sync.Mutex
 	start := time.Now()
 	deadline := start.Add(o.duration)
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	if o.disrupt != "" {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			select {
+			case <-time.After(o.duration / 2):
+				if err := g.disruptNow(); err != nil {
+					fmt.Fprintln(os.Stderr, "disrupt:", err)
+				}
+			case <-stop:
+			}
+		}()
+	}
+	if o.window > 0 {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			var lastP, lastC int64
+			t := time.NewTicker(o.window)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+				case <-stop:
+					return
+				}
+				var p, c int64
+				for _, s := range sims {
+					st := s.CacheStats()
+					p += st.PromptTokens
+					c += st.CachedTokens
+				}
+				share := 0.0
+				if p > lastP {
+					share = float64(c-lastC) / float64(p-lastP)
+				}
+				mu.Lock()
+				res.windows = append(res.windows, share)
+				mu.Unlock()
+				lastP, lastC = p, c
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < o.clients; w++ {
 		wg.Add(1)
@@ -252,6 +428,7 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string) (workl
 					}
 					body := conv.body()
 					t0 := time.Now()
+					url := urls[int(next.Add(1)%uint64(len(urls)))]
 					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 					req.Header.Set("Authorization", "Bearer "+secret)
 					req.Header.Set("Content-Type", "application/json")
@@ -278,14 +455,35 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string) (workl
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	bg.Wait()
 	res.elapsed = time.Since(start)
 	for _, s := range sims {
 		st := s.CacheStats()
 		res.promptTokens += st.PromptTokens
 		res.cachedTokens += st.CachedTokens
 		res.perNode = append(res.perNode, st.Requests)
+		res.nodeBlocks += int64(st.Blocks)
 	}
-	res.prefix = m.Relay.PrefixStats()
+	for _, m := range g.mains {
+		p := m.Relay.PrefixStats()
+		res.prefix.Requests += p.Requests
+		res.prefix.Hits += p.Hits
+		res.prefix.Fallbacks += p.Fallbacks
+		res.prefix.Misses += p.Misses
+		res.prefix.PromptBlocks += p.PromptBlocks
+		res.prefix.MatchedBlocks += p.MatchedBlocks
+		res.prefix.IndexBlocks += p.IndexBlocks
+		res.prefix.IndexBytes += p.IndexBytes
+		res.prefix.EventBlocks += p.EventBlocks
+		res.prefix.EventBytes += p.EventBytes
+		res.prefix.EventsLive += p.EventsLive
+		res.prefix.EventNodes += p.EventNodes
+		res.prefix.EventBatches += p.EventBatches
+		res.prefix.EventReplayed += p.EventReplayed
+		res.prefix.EventLost += p.EventLost
+		res.prefix.EventRestarts += p.EventRestarts
+	}
 	return res, nil
 }
 

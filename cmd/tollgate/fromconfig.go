@@ -27,7 +27,7 @@ func catalogSpec(cfg *config.Config) relay.CatalogSpec {
 			}
 			for _, nc := range bc.Nodes {
 				b.Nodes = append(b.Nodes, relay.NodeSpec{Name: nc.Name, URL: nc.URL, Key: nc.Key, Flavour: nc.Flavour,
-					MaxConcurrent: nc.MaxConcurrent, HealthURL: nc.HealthURL})
+					MaxConcurrent: nc.MaxConcurrent, HealthURL: nc.HealthURL, KVEvents: nc.KVEvents, KVEventsReplay: nc.KVEventsReplay})
 			}
 			m.Backends = append(m.Backends, b)
 		}

@@ -95,7 +95,7 @@ models:
         upstream_model: up
         capabilities: [tools, image_input]
         rates: {input: "0.15", output: "0.6"}
-        nodes: [{url: "http://10.0.0.1:8000/v1"}, {name: b, url: "http://10.0.0.2:8000/v1/", flavour: ollama, max_concurrent: 4, key_env: BK}]
+        nodes: [{url: "http://10.0.0.1:8000/v1", kv_events: "tcp://10.0.0.1:5557", kv_events_replay: "tcp://10.0.0.1:5558"}, {name: b, url: "http://10.0.0.2:8000/v1/", flavour: ollama, max_concurrent: 4, key_env: BK}]
       - class: fallback
         upstream_model: gpt
         url: "https://api.example/v1"
@@ -131,7 +131,8 @@ models:
 		net.Routing != relay.RoutingPrefixCache || net.PrefixMargin != 6 || len(net.Nodes) != 2 {
 		t.Errorf("network backend = %+v", net)
 	}
-	if n := net.Nodes[0]; !strings.HasPrefix(n.Name, "node-") || n.URL != "http://10.0.0.1:8000/v1" || n.Flavour != openai.VLLM || n.Key != "" || n.MaxConcurrent != 0 {
+	if n := net.Nodes[0]; !strings.HasPrefix(n.Name, "node-") || n.URL != "http://10.0.0.1:8000/v1" || n.Flavour != openai.VLLM || n.Key != "" || n.MaxConcurrent != 0 ||
+		n.KVEvents != "tcp://10.0.0.1:5557" || n.KVEventsReplay != "tcp://10.0.0.1:5558" {
 		t.Errorf("unnamed node = %+v", n)
 	}
 	if n := net.Nodes[1]; n.Name != "b" || n.Flavour != openai.Ollama || n.MaxConcurrent != 4 || n.Key != "key" {

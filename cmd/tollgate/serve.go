@@ -354,6 +354,9 @@ func (m *Main) close(ctx context.Context) error {
 		m.cancel()
 	}
 	m.bg.Wait()
+	if m.Relay != nil {
+		m.Relay.Close()
+	}
 	if m.Biller != nil {
 		m.Biller.Close()
 	}

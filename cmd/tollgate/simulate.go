@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -74,6 +75,8 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 		prefill   = fs.Float64("prefill-tokens-per-sec", 0, "GPU: prefill rate of uncached prompt tokens, one prompt at a time (0: instant)")
 		decode    = fs.Float64("decode-tokens-per-sec", 0, "GPU: generation rate when --gap is 0 (0: no gap)")
 		maxConc   = fs.Int("max-concurrent", 0, "GPU: requests served at once; more wait their turn (0: unlimited)")
+		kvEvents  = fs.String("kv-events", "", "GPU: publish the prefix cache's KV-cache events as vLLM's --kv-events-config does, on this ZeroMQ address (tcp://*:5557); needs --prefix-cache-tokens")
+		kvReplay  = fs.String("kv-events-replay", "", "GPU: with --kv-events, the replay (ROUTER) socket's address (tcp://*:5558)")
 		search    = fs.String("search", "", "serve a simulated search provider instead of a model server: searxng or brave")
 		token     = fs.String("search-token", "", "brave: the only X-Subscription-Token accepted (default: any non-empty token)")
 		noJSON    = fs.Bool("search-no-json", false, "searxng: JSON format not enabled (format=json answers 403)")
@@ -152,6 +155,15 @@ func (c *simulateCmd) Run(ctx context.Context, args []string) error {
 	run, err := simulate.Listen(cfg, *listen)
 	if err != nil {
 		return err
+	}
+	if *kvEvents != "" {
+		pub, err := run.PublishKVEvents(*kvEvents, *kvReplay)
+		if err != nil {
+			run.Close()
+			return err
+		}
+		defer pub.Close()
+		fmt.Fprintf(c.stdout, "publishing KV-cache events on %s (replay: %s)\n", pub.PubAddr(), cmp.Or(pub.ReplayAddr(), "none"))
 	}
 	prefix := "/v1"
 	if fl == simulate.OpenRouter {

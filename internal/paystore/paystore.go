@@ -876,12 +876,29 @@ func DueTopUps(tx Tx, now time.Time) ([]tollgate.AutoTopUp, error) {
 	return out, rows.Err()
 }
 
-// ClaimTopUp makes p the account's top-up in flight if none is.
+// ClaimTopUp makes p the account's top-up in flight if it is still due:
+// enabled with a card, the account not disabled and its free balance below
+// the threshold, and none in flight (or its claim lapsed). The account's
+// row is locked first, as a credit locks it, so a claim sees the balance a
+// top-up that just ended has credited.
 func ClaimTopUp(tx Tx, p tollgate.Payment, until, now time.Time) (bool, error) {
-	n, err := tx.Exec(`UPDATE auto_topups SET in_flight = ?, claimed_until = ?
-		WHERE account_id = ? AND enabled = true AND (in_flight IS NULL OR claimed_until < ?)`,
-		p.ID, until.UTC(), p.AccountID, now.UTC())
-	if err != nil || n == 0 {
+	a, err := lockAccount(tx, p.AccountID)
+	if err != nil {
+		return false, err
+	}
+	t, err := scanTopUp(tx.QueryRow(`SELECT `+topUpColumns+` FROM auto_topups t WHERE t.account_id = ? FOR UPDATE`, p.AccountID))
+	if errors.Is(err, ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !t.Enabled || t.PaymentMethod == "" || a.disabled || a.balance-a.held >= t.Threshold ||
+		(t.InFlight != "" && !t.ClaimedUntil.Before(now)) {
+		return false, nil
+	}
+	if _, err := tx.Exec(`UPDATE auto_topups SET in_flight = ?, claimed_until = ? WHERE account_id = ?`,
+		p.ID, until.UTC(), p.AccountID); err != nil {
 		return false, err
 	}
 	return true, CreatePayment(tx, p)

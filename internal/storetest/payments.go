@@ -488,6 +488,12 @@ func testAutoTopUp(t *testing.T, s Store) {
 	if due, _ := s.DueTopUps(ctx(t), t0); len(due) != 0 {
 		t.Fatal("due with 23 free")
 	}
+	// A claim made from a list read before that credit: no longer due.
+	late := tollgate.Payment{ID: tollgate.NewID("pay_"), AccountID: a.ID, Provider: "stripe", Kind: tollgate.PaymentAutoTopUp,
+		Credit: tollgate.Dollars(20), AmountCents: 2000, Currency: "usd", Created: t0}
+	if ok, err := s.ClaimTopUp(ctx(t), late, t0.Add(time.Hour), t0); ok || err != nil {
+		t.Fatalf("a claim above the threshold: %t, %v", ok, err)
+	}
 	// A declined top-up: failed, no longer in flight, turned off.
 	if err := s.PostEntry(ctx(t), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerDebit, AccountID: a.ID,
 		Amount: tollgate.Dollars(22), Time: t0}); err != nil {
