@@ -36,6 +36,7 @@ const (
 	CodeRateLimitExceeded                Code = "rate_limit_exceeded"
 	CodeUpstreamError                    Code = "upstream_error"
 	CodeBackendUnavailable               Code = "backend_unavailable"
+	CodeStoreUnavailable                 Code = "store_unavailable"  // the database cannot be reached: an outage, not a bug
 	CodeSearchUnavailable                Code = "search_unavailable" // the web search provider failed or timed out
 	CodeTimeout                          Code = "timeout"
 	CodeRequestTimeout                   Code = "request_timeout" // the client took too long to send its request body

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // Options tune an Authenticator. The zero value is the default.
@@ -211,7 +212,12 @@ func (a *Authenticator) lookup(ctx context.Context, h tollgate.KeyHash) (tollgat
 	a.misses.Add(1)
 	k, acct, err := a.store.KeyByHash(ctx, h)
 	if err != nil && !errors.Is(err, tollgate.ErrNotFound) {
-		return k, acct, &tollgate.Error{Code: tollgate.CodeInternal, Message: "Authentication is temporarily unavailable.", Err: err}
+		err = storefail.Wrap("auth_key", err)
+		code := tollgate.CodeInternal
+		if _, ok := storefail.Op(err); ok {
+			code = tollgate.CodeStoreUnavailable
+		}
+		return k, acct, &tollgate.Error{Code: code, Message: "Authentication is temporarily unavailable.", Err: err}
 	}
 	if caching {
 		a.mu.Lock()

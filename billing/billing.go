@@ -229,6 +229,10 @@ type Biller struct {
 	// applies them again (at every sweep, and at Close).
 	failedMu sync.Mutex
 	failed   []*pending
+	// endedHolds maps the holds of requests that ended, whose settle or
+	// release could not be written, to their account (ended).
+	endedMu    sync.Mutex
+	endedHolds map[string]string
 	// recoverFails counts failed recoveries of dead instances' journals
 	// by path (under failedMu).
 	recoverFails map[string]int

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // The operations a request makes: Hold before it runs, Progress while it
@@ -29,7 +30,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	if !b.opts.NoReserve {
 		id, ok, err := b.holdReserved(h)
 		if err != nil {
-			return "", err
+			return "", storefail.Wrap("billing_reserve", err)
 		}
 		if ok {
 			b.holds.Add(1)
@@ -40,7 +41,7 @@ func (b *Biller) Hold(ctx context.Context, req tollgate.HoldRequest) (string, er
 	}
 	op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpHold, Hold: h})
 	if err != nil {
-		return "", fmt.Errorf("hold for %s: %w", req.RequestID, err)
+		return "", fmt.Errorf("hold for %s: %w", req.RequestID, storefail.Wrap("billing_hold", err))
 	}
 	switch op.Outcome {
 	case tollgate.HoldOK:
@@ -103,7 +104,52 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 		b.runAsync(p, b.onAnswered)
 		return c.Cost, nil
 	}
-	return b.settleDone(p, b.run(p))
+	err := b.run(p)
+	if err != nil && ok {
+		b.ended(holdID, lh.account)
+	}
+	return b.settleDone(p, err)
+}
+
+// ended notes the hold of a request that has ended but whose settle or
+// release could not be written (the store was away, and the charge was
+// not kept in the journal: the client was told it was not charged). Its
+// row would otherwise have its lease renewed by this instance for as long
+// as it lives; ReleaseEnded releases it at the next sweep that reaches the
+// store.
+func (b *Biller) ended(holdID, account string) {
+	b.endedMu.Lock()
+	if b.endedHolds == nil {
+		b.endedHolds = map[string]string{}
+	}
+	b.endedHolds[holdID] = account
+	b.endedMu.Unlock()
+}
+
+// ReleaseEnded releases the holds noted by ended and returns how many it
+// released; those the store still refuses wait for the next call.
+func (b *Biller) ReleaseEnded(ctx context.Context) int {
+	b.endedMu.Lock()
+	hs := b.endedHolds
+	b.endedHolds = nil
+	b.endedMu.Unlock()
+	n := 0
+	for id, account := range hs {
+		if ctx.Err() != nil {
+			b.ended(id, account)
+			continue
+		}
+		op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: id, Hold: tollgate.Hold{AccountID: account}})
+		if err != nil {
+			b.ended(id, account)
+			continue
+		}
+		if !op.Replayed {
+			b.released.Add(1)
+		}
+		n++
+	}
+	return n
 }
 
 // early reports whether p, a settle within its hold, may return before its
@@ -165,7 +211,7 @@ func (b *Biller) journalDone(p *pending) {
 func (b *Biller) settleDone(p *pending, err error) (tollgate.Amount, error) {
 	op, c, holdID := &p.op, &p.op.Charge, p.op.HoldID
 	if err != nil {
-		return 0, fmt.Errorf("settle %s: %w", holdID, err)
+		return 0, fmt.Errorf("settle %s: %w", holdID, storefail.Wrap("billing_settle", err))
 	}
 	if op.Replayed {
 		return op.Charged, nil
@@ -197,9 +243,13 @@ func (b *Biller) Release(ctx context.Context, holdID string) error {
 		}
 		op.Hold.AccountID = lh.account
 	}
+	account := op.Hold.AccountID
 	op, err := b.do(op)
 	if err != nil {
-		return fmt.Errorf("release %s: %w", holdID, err)
+		if account != "" {
+			b.ended(holdID, account)
+		}
+		return fmt.Errorf("release %s: %w", holdID, storefail.Wrap("billing_release", err))
 	}
 	if !op.Replayed {
 		b.released.Add(1)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // The charge journal (docs/billing.md, "The charge journal"). A settle whose
@@ -390,7 +391,12 @@ func (b *Biller) RecoverJournals(ctx context.Context) (int, error) {
 			total += n
 			if err != nil {
 				errs = append(errs, err)
-				b.journalFailed(path)
+				// An outage of the store is waited out, however long:
+				// only records the store refuses count towards setting
+				// the journal aside.
+				if _, outage := storefail.Op(err); !outage {
+					b.journalFailed(path)
+				}
 			}
 		}
 	}
@@ -450,16 +456,23 @@ func (b *Biller) recoverJournal(ctx context.Context, path string) (int, error) {
 	zero := make([]byte, 8)
 	for len(recs) > 0 {
 		chunk := recs[:min(len(recs), 256)]
-		recs = recs[len(chunk):]
 		ops := make([]*tollgate.BillingOp, len(chunk))
 		for i, r := range chunk {
 			r.op.Recovered = true
 			ops[i] = r.op
 		}
-		if err := b.st.ApplyBilling(ctx, ops); err != nil {
+		if err := b.st.ApplyBilling(ctx, ops); storefail.Unavailable(err) {
+			// The store is away: everything left waits for the next pass
+			// (a record applied meanwhile is recognised by its hold id).
+			return applied, storefail.Wrap("billing_recover",
+				fmt.Errorf("billing journal %s: %d charges wait for the store: %w", path, len(recs), err))
+		} else if err != nil {
 			// One at a time: only a bad record stays.
 			for i, r := range chunk {
-				if err := b.st.ApplyBilling(ctx, ops[i:i+1]); err != nil {
+				if err := b.st.ApplyBilling(ctx, ops[i:i+1]); storefail.Unavailable(err) {
+					return applied, storefail.Wrap("billing_recover",
+						fmt.Errorf("billing journal %s: charges wait for the store: %w", path, err))
+				} else if err != nil {
 					failed++
 					b.log.Error("a dead instance's journaled charge could not be applied; it stays in the journal",
 						"journal", path, "request_id", r.op.Charge.RequestID, "hold", r.op.HoldID, "err", err)
@@ -469,8 +482,10 @@ func (b *Biller) recoverJournal(ctx context.Context, path string) (int, error) {
 				applied++
 				f.WriteAt(zero, int64(r.slot*journalSlot)) // applied: never again
 			}
+			recs = recs[len(chunk):]
 			continue
 		}
+		recs = recs[len(chunk):]
 		for _, r := range chunk {
 			b.recovered(r.op)
 			applied++

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/billing"
 	"github.com/tollgate/tollgate/sqlite"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // chargeGate is a store whose batches with a charge in them wait for open
@@ -23,6 +26,10 @@ type chargeGate struct {
 	db   *sqlite.DB
 	open chan struct{}
 	fail atomic.Bool
+	// away: with fail, every operation but holds (so that a test can
+	// place them) fails as with an unreachable database (a refused
+	// connection), not with an error of the database's.
+	away atomic.Bool
 	// lost: the next batch with a charge commits, and its caller is told
 	// it failed (a connection lost during COMMIT).
 	lost atomic.Bool
@@ -30,6 +37,9 @@ type chargeGate struct {
 
 func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	for _, op := range ops {
+		if g.fail.Load() && g.away.Load() && op.Kind != tollgate.OpHold && op.Kind != tollgate.OpReserve {
+			return fmt.Errorf("billing batch: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		}
 		if op.Kind == tollgate.OpCharge || op.Kind == tollgate.OpSettle {
 			if g.fail.Load() {
 				return errors.New("the database is unwell")
@@ -521,6 +531,45 @@ func TestJournalThatCannotBeAppliedIsSetAside(t *testing.T) {
 	}
 }
 
+// A dead instance's journal is never set aside for an outage of the
+// database, however many recoveries it fails: its charges go in when the
+// database is back.
+func TestJournalWaitsOutAnOutage(t *testing.T) {
+	db, g, dir, a, k := journalSetup(t, true, true)
+	g.away.Store(true)
+	dead, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, c := holdAndCharge(t, dead, a, k)
+	if got, err := dead.Settle(context.Background(), id, c); err != nil || got != c.Cost {
+		t.Fatalf("settle: %s, %v", got, err)
+	}
+	dead.Close() // the charge stays in the journal
+	next, err := billing.Open(g, billing.Options{Journal: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	for i := range 15 {
+		_, err := next.RecoverJournals(context.Background())
+		if _, outage := storefail.Op(err); !outage {
+			t.Fatalf("recovery %d during the outage: %v, want a store_unavailable error", i+1, err)
+		}
+	}
+	g.fail.Store(false)
+	if n, err := next.RecoverJournals(context.Background()); n != 1 || err != nil {
+		t.Fatalf("recovery once the database is back: %d, %v", n, err)
+	}
+	e, err := db.LedgerEntry(context.Background(), c.RequestID)
+	if err != nil || e.Amount != -c.Cost {
+		t.Fatalf("ledger row %+v, %v", e, err)
+	}
+	if names := journalFiles(t, dir); len(names) != 1 { // next's own
+		t.Errorf("journal directory %v", names)
+	}
+}
+
 // A running request's progress (Biller.Progress: a stream's charge so far)
 // is a provisional record in the journal. If its process dies before the
 // settle, the next instance charges the latest one, estimated; a settle
@@ -594,5 +643,39 @@ func journalProgress(t *testing.T, noReserve bool) {
 	e2, err := db.LedgerEntry(ctx, c2.RequestID)
 	if err != nil || e2.Amount != -c2.Cost {
 		t.Errorf("the settled request: %+v, %v", e2, err)
+	}
+}
+
+// A settle that can be neither written nor kept (no journal, the database
+// away) fails, and its hold does not stay held for as long as the instance
+// lives: a hold placed in memory goes back to the reservation at once, a
+// hold row is released by the first sweep that reaches the database
+// (ReleaseEnded).
+func TestHoldOfAFailedSettleIsReleased(t *testing.T) {
+	for _, noReserve := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reservations=%v", !noReserve), func(t *testing.T) {
+			db, g, _, a, k := journalSetup(t, true, true)
+			g.away.Store(true)
+			b := billing.New(g, billing.Options{NoReserve: noReserve})
+			defer b.Close()
+			id, c := holdAndCharge(t, b, a, k)
+			_, err := b.Settle(context.Background(), id, c)
+			if _, outage := storefail.Op(err); !outage {
+				t.Fatalf("settle while the database is away: %v, want a store_unavailable error", err)
+			}
+			if n := b.ReleaseEnded(context.Background()); n != 0 {
+				t.Errorf("released %d hold rows while the database is away", n)
+			}
+			g.fail.Store(false)
+			if n := b.ReleaseEnded(context.Background()); noReserve && n != 1 {
+				t.Errorf("released %d hold rows, want 1", n)
+			}
+			b.Wait() // gives back the unused reservation
+			bal, _ := db.Balance(context.Background(), a.ID)
+			if bal.Held != 0 || bal.Balance != tollgate.MustParseAmount("10") {
+				t.Errorf("balance %+v: want 10 USD, nothing held, nothing charged", bal)
+			}
+			mustAuditClean(t, db)
+		})
 	}
 }

@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"time"
+
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // Leases and the sweeper: this instance renews its holds' leases, and any
@@ -47,10 +49,17 @@ func (b *Biller) Run(ctx context.Context) error {
 		jctx, cancel := context.WithTimeout(ctx, journalPass)
 		defer cancel()
 		b.RetryJournaled(jctx)
+		b.ReleaseEnded(jctx)
 		if _, err := b.RecoverJournals(jctx); err != nil && ctx.Err() == nil {
-			failures++
-			b.log.Error("apply dead instances' charge journals", "err", err, "sweep_skipped", failures <= maxRecoverSkips)
-			if failures <= maxRecoverSkips {
+			// An outage of the store is waited out, however long (nor
+			// could a sweep run): it does not count towards the skips.
+			_, outage := storefail.Op(err)
+			if !outage {
+				failures++
+			}
+			skip := outage || failures <= maxRecoverSkips
+			b.log.Error("apply dead instances' charge journals", "err", err, "sweep_skipped", skip)
+			if skip {
 				return
 			}
 		} else {

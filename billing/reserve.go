@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // Reservations (docs/billing.md, "Reservations"): an instance reserves a
@@ -220,6 +221,15 @@ func (b *Biller) chargeReserved(holdID string, m *memHold, c tollgate.Charge) (t
 	}
 	p.mem = m // accounted for by answer, before run returns
 	err := b.run(p)
+	if err != nil {
+		// Nothing was written and the request has ended (its client is
+		// told it was not charged): its money goes back to the
+		// reservation rather than stay in flight for as long as this
+		// instance lives.
+		if lh, ok := b.live.LoadAndDelete(holdID); ok && lh.mem != nil {
+			b.releaseReserved(lh.mem)
+		}
+	}
 	return b.chargeResult(p, err)
 }
 
@@ -254,7 +264,7 @@ func (b *Biller) accountCharge(m *memHold, p *pending, err error) {
 func (b *Biller) chargeResult(p *pending, err error) (tollgate.Amount, error) {
 	op := &p.op
 	if err != nil {
-		return 0, fmt.Errorf("settle %s: %w", op.HoldID, err)
+		return 0, fmt.Errorf("settle %s: %w", op.HoldID, storefail.Wrap("billing_settle", err))
 	}
 	b.settled.Add(1)
 	if op.Uncollected > 0 {

@@ -181,8 +181,9 @@ type Billing struct {
 	// charge journal"): a settle within its hold answers once its charge
 	// is there, safe from a crash of the process, and is committed with
 	// the next batch. Default with SQLite: the database's path plus
-	// "-charges"; with PostgreSQL: none. "off": none (every response waits
-	// for its charge's durable commit).
+	// "-charges"; with PostgreSQL: DefaultPostgresJournal beside the config
+	// file. "off": none (every response waits for its charge's durable
+	// commit, and a charge whose write fails is not kept).
 	Journal string `yaml:"journal"`
 	// JournalDir is the resolved directory ("" for none).
 	JournalDir string `yaml:"-"`
@@ -190,6 +191,11 @@ type Billing struct {
 	// with SQLite (one writer), 4 with PostgreSQL.
 	Workers int `yaml:"workers"`
 }
+
+// DefaultPostgresJournal is the charge journal's directory with PostgreSQL,
+// relative to the config file: a charge whose write fails while the
+// database is away is kept there until it can be written (docs/billing.md).
+const DefaultPostgresJournal = "tollgate-charges"
 
 // Model is one catalogue entry.
 type Model struct {
@@ -464,6 +470,10 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool, d *de
 		c.Billing.JournalDir = c.resolve(j)
 	case c.Store.Driver == "sqlite" && !sqliteInMemory(c.Store.SQLite):
 		c.Billing.JournalDir = c.Store.Path + "-charges"
+	case c.Store.Driver == "postgres":
+		// Beside the config: instances started from one config on one
+		// host share it, so any of them recovers a dead one's charges.
+		c.Billing.JournalDir = c.resolve(DefaultPostgresJournal)
 	}
 	if c.AdminTokenEnv != "" {
 		c.AdminToken = getenv(c.AdminTokenEnv)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // Store keeps the claims (sqlite.DB and postgres.DB implement it; the
@@ -152,7 +153,7 @@ func (k *Keeper) Serve(ctx context.Context, w http.ResponseWriter, req Request, 
 	})
 	cancel()
 	if err != nil {
-		return Refused, err
+		return Refused, storefail.Wrap("idempotency_begin", err)
 	}
 	switch res.State {
 	case tollgate.IdempotencyInFlight:
@@ -195,7 +196,7 @@ func (k *Keeper) runClaimed(w http.ResponseWriter, key tollgate.IdempotencyKey, 
 		// Failed, panicked, or too large to keep: free the key.
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		defer cancel()
-		if rerr := k.store.ReleaseIdempotency(ctx, key, owner); rerr != nil {
+		if rerr := storefail.Wrap("idempotency_release", k.store.ReleaseIdempotency(ctx, key, owner)); rerr != nil {
 			k.opts.Log.Error("idempotency: release key", "request_id", owner, "err", rerr)
 		}
 	}()
@@ -211,7 +212,7 @@ func (k *Keeper) runClaimed(w http.ResponseWriter, key tollgate.IdempotencyKey, 
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	resp := tollgate.StoredResponse{Status: rec.status, Header: rec.header, Body: rec.body}
-	if cerr := k.store.CompleteIdempotency(ctx, key, owner, resp, k.opts.Now().Add(k.opts.TTL)); cerr != nil {
+	if cerr := storefail.Wrap("idempotency_complete", k.store.CompleteIdempotency(ctx, key, owner, resp, k.opts.Now().Add(k.opts.TTL))); cerr != nil {
 		// The client has its answer; the key stays claimed until the lease
 		// ends (a retry gets 409 until then), then runs afresh.
 		k.opts.Log.Error("idempotency: store response", "request_id", owner, "err", cerr)
@@ -236,7 +237,7 @@ func (k *Keeper) renewEvery(key tollgate.IdempotencyKey, owner string) (stop fun
 			return
 		}
 		if err != nil {
-			k.opts.Log.Error("idempotency: renew lease", "request_id", owner, "err", err)
+			k.opts.Log.Error("idempotency: renew lease", "request_id", owner, "err", storefail.Wrap("idempotency_renew", err))
 		}
 		mu.Lock()
 		if !stopped {

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // NodeStat is one model node as a scrape sees it.
@@ -164,4 +165,21 @@ func (c PrefixCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPrefixBlocks, prometheus.CounterValue, float64(s.MatchedBlocks), "matched")
 	ch <- prometheus.MustNewConstMetric(descPrefixIndex, prometheus.GaugeValue, float64(s.IndexBlocks))
 	ch <- prometheus.MustNewConstMetric(descPrefixIndexMB, prometheus.GaugeValue, float64(s.IndexBytes))
+}
+
+var descStoreErrors = prometheus.NewDesc(Namespace+"_store_errors_total",
+	"Failed database calls by operation (auth_key, billing_hold, billing_settle, idempotency_begin, ...) and kind: "+
+		"unavailable (the store could not be reached: an outage, answered 503 store_unavailable) or error (anything else).",
+	[]string{"operation", "kind"}, nil)
+
+// StoreCollector reports the failed store calls counted by storefail.Wrap.
+type StoreCollector struct{}
+
+func (StoreCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descStoreErrors }
+
+func (StoreCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range storefail.Counts() {
+		ch <- prometheus.MustNewConstMetric(descStoreErrors, prometheus.CounterValue, float64(c.Unavailable), c.Op, "unavailable")
+		ch <- prometheus.MustNewConstMetric(descStoreErrors, prometheus.CounterValue, float64(c.Failed-c.Unavailable), c.Op, "error")
+	}
 }

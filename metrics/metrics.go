@@ -160,7 +160,7 @@ func New(b Build) *Metrics {
 		Help: "1, labelled with the running binary's version, commit and Go version."}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(b.Version, b.Commit, b.GoVersion).Set(1)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.cost, m.searches, m.inflight, m.authFailures, m.idempotency, info,
-		m.payments, m.webhookRejected, m.creditLatency,
+		m.payments, m.webhookRejected, m.creditLatency, StoreCollector{},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -2,14 +2,18 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/billing"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 type nodes []NodeStat
@@ -49,6 +53,9 @@ func TestObserveRequest(t *testing.T) {
 	m.AuthFailure("invalid_api_key")
 	m.Idempotency("replayed")
 	m.InflightStreams.Inc()
+	_ = storefail.Wrap("metrics_test.call", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	_ = storefail.Wrap("metrics_test.call", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
+	_ = storefail.Wrap("metrics_test.call", errors.New("duplicate key value violates unique constraint"))
 	out := scrape(t, m)
 	for _, want := range []string{
 		`tollgate_requests_total{class="network",code="",model="tg-chat",status="200"} 2`,
@@ -75,6 +82,8 @@ func TestObserveRequest(t *testing.T) {
 		`tollgate_prefix_index_bytes 2400`,
 		`tollgate_billing_batch_write_seconds_total 0.003`,
 		`tollgate_billing_uncollected_usd_total 1.5`,
+		`tollgate_store_errors_total{kind="unavailable",operation="metrics_test.call"} 2`,
+		`tollgate_store_errors_total{kind="error",operation="metrics_test.call"} 1`,
 		`go_goroutines `,
 		`process_cpu_seconds_total `,
 	} {

@@ -443,7 +443,7 @@ func ErrorType(c tollgate.Code) string {
 	case tollgate.CodeInsufficientBalance:
 		return "insufficient_quota"
 	case tollgate.CodeUpstreamError, tollgate.CodeBackendUnavailable, tollgate.CodeSearchUnavailable,
-		tollgate.CodeTimeout, tollgate.CodeInternal:
+		tollgate.CodeTimeout, tollgate.CodeInternal, tollgate.CodeStoreUnavailable:
 		return "server_error"
 	}
 	return "invalid_request_error"

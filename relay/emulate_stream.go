@@ -94,12 +94,16 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 		w.Header().Del(emulatedHeader) // an error, not an answer served so
 		return x.transportError(ctx, req, failure)
 	}
-	cost, err := x.settleStream(u, served)
+	cost, lost, err := x.settleStream(u, served)
 	if err != nil {
 		return err
 	}
+	if lost != nil && !s.committed && !clientGone {
+		x.call.Outcome = "failed"
+		return lost
+	}
 	if x.streamOutcome(clientGone, failure) {
-		s.end(s.buf[:0], legs[0].norm.UsageChunk(u, &cost), failure, u, cost)
+		s.endSettled(&legs[0].norm, u, cost, failure, lost)
 	}
 	return nil
 }

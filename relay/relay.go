@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/storefail"
 	"github.com/tollgate/tollgate/upstream"
 )
 
@@ -408,10 +409,14 @@ type exchange struct {
 }
 
 // settle charges the request (or releases the hold when it cost nothing) and
-// returns the amount charged, which is what the client is shown.
-func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount {
+// returns the amount charged, which is what the client is shown. If the
+// charge could be neither written nor kept for later (the store cannot be
+// reached and the charge journal could not take it), it returns the error
+// the client gets instead of a cost (chargeLost): a cost is shown only when
+// it is, or will be, in the ledger.
+func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) (tollgate.Amount, error) {
 	if x.r.biller == nil || x.holdID == "" {
-		return cost
+		return cost, nil
 	}
 	x.settled = true
 	// Not the request's context: the client may be gone, and the charge
@@ -426,16 +431,28 @@ func (x *exchange) settle(u openai.Usage, cost tollgate.Amount) tollgate.Amount 
 		if err := x.r.biller.Release(ctx, x.holdID); err != nil {
 			x.r.log.Error("release hold", "request_id", x.call.RequestID, "err", err)
 		}
-		return 0
+		return 0, nil
 	}
 	charged, err := x.r.biller.Settle(ctx, x.holdID, x.charge(u, x.call.Searches, cost))
 	if err != nil {
-		// The hold stays until its lease ends, so the balance stays covered;
-		// the operator sees this line and the audit.
+		// The hold stays until the Biller lets it go (docs/billing.md), so
+		// the balance stays covered meanwhile.
 		x.r.log.Error("settle failed", "request_id", x.call.RequestID, "account", x.call.Account.ID, "cost", cost.String(), "err", err)
-		return cost
+		return 0, chargeLost(err)
 	}
-	return charged
+	return charged, nil
+}
+
+// chargeLost is the answer of a request whose charge could not be written:
+// 503 store_unavailable when the store could not be reached, else a bug.
+func chargeLost(err error) *tollgate.Error {
+	e := &tollgate.Error{Code: tollgate.CodeInternal, Err: err,
+		Message: "this request's charge could not be recorded; it was not charged"}
+	if _, ok := storefail.Op(err); ok {
+		e.Code, e.RetryAfter = tollgate.CodeStoreUnavailable, storefail.RetryAfter
+		e.Message = "this request's charge could not be recorded (the service's database cannot be reached); it was not charged"
+	}
+	return e
 }
 
 // charge is the request's charge for usage u and searches web searches
@@ -618,7 +635,11 @@ func (x *exchange) served(u openai.Usage) (tollgate.Amount, error) {
 	if err != nil {
 		return 0, fmt.Errorf("price request: %w", err)
 	}
-	cost = x.settle(u, cost)
+	cost, err = x.settle(u, cost)
+	if err != nil {
+		x.call.Outcome = "failed"
+		return 0, err
+	}
 	x.call.Usage, x.call.Cost, x.call.Outcome = u, cost, "served"
 	x.noteServed()
 	return cost, nil

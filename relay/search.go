@@ -501,7 +501,10 @@ func (sr *searchRequest) settle() (openai.Usage, tollgate.Amount, error) {
 	}
 	sr.x.call.Searches = sr.searches // the charge's, the log's and the metrics'
 
-	cost = sr.x.settle(u, cost)
+	cost, err = sr.x.settle(u, cost)
+	if err != nil {
+		return u, 0, err
+	}
 	sr.x.call.Usage, sr.x.call.Cost = u, cost
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
 		sr.x.noteServed()

@@ -336,7 +336,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	}
 	usage := append(append([]byte(nil), ss.head...), `"choices":[],"usage":`...)
 	usage = sr.appendUsage(usage, u, cost)
-	s.end(out, append(usage, '}'), failure, u, cost)
+	s.end(out, append(usage, '}'), failure, u, &cost)
 	return nil
 }
 

@@ -144,14 +144,18 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		x.call.Outcome = "failed"
 		return failure
 	}
-	cost, err := x.settleStream(u, served)
+	cost, lost, err := x.settleStream(u, served)
 	if err != nil {
 		return err
+	}
+	if lost != nil && !s.committed && !clientGone {
+		x.call.Outcome = "failed"
+		return lost
 	}
 	if !x.streamOutcome(clientGone, failure) {
 		return nil
 	}
-	s.end(s.buf[:0], norm.UsageChunk(u, &cost), failure, u, cost)
+	s.endSettled(norm, u, cost, failure, lost)
 	return nil
 }
 
@@ -224,19 +228,33 @@ func (x *exchange) streamHealth(served bool, failure error, clientGone bool) {
 	}
 }
 
-// settleStream charges a stream that delivered usage u (served: it ended
-// as a stream should) and notes it for the access log.
-func (x *exchange) settleStream(u openai.Usage, served bool) (tollgate.Amount, error) {
-	cost, err := x.cost(u, 0)
-	if err != nil {
-		return 0, fmt.Errorf("price stream: %w", err)
+// endSettled ends a stream with its usage chunk and cost, or, when its
+// charge was lost (settle), with usage without a cost and the error: no
+// cost is shown that is not in the ledger.
+func (s *streamer) endSettled(norm *openai.StreamNormalizer, u openai.Usage, cost tollgate.Amount, failure, lost error) {
+	if lost != nil {
+		s.end(s.buf[:0], norm.UsageChunk(u, nil), lost, u, nil)
+		return
 	}
-	cost = x.settle(u, cost)
+	s.end(s.buf[:0], norm.UsageChunk(u, &cost), failure, u, &cost)
+}
+
+// settleStream charges a stream that delivered usage u (served: it ended
+// as a stream should) and notes it for the access log. lost is the
+// client's error when the charge could not be recorded (settle).
+func (x *exchange) settleStream(u openai.Usage, served bool) (cost tollgate.Amount, lost, err error) {
+	cost, err = x.cost(u, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("price stream: %w", err)
+	}
+	if cost, lost = x.settle(u, cost); lost != nil {
+		return 0, lost, nil
+	}
 	x.call.Usage, x.call.Cost = u, cost
 	if served || u.CompletionTokens > 0 || u.PromptTokens > 0 {
 		x.noteServed()
 	}
-	return cost, nil
+	return cost, nil, nil
 }
 
 // streamOutcome notes how a stream ended for the access log; it reports
@@ -256,15 +274,17 @@ func (x *exchange) streamOutcome(clientGone bool, failure error) bool {
 
 // end writes a stream's closing events, its usage chunk and its last event
 // ([DONE] or the failure's error event), with the cost for the trailer
-// (under mu). closing holds the closing events, framed, and the rest is
-// appended to it (s.buf[:0] when there are none).
-func (s *streamer) end(closing, usageChunk []byte, failure error, u openai.Usage, cost tollgate.Amount) {
+// (under mu; nil: none). closing holds the closing events, framed, and the
+// rest is appended to it (s.buf[:0] when there are none).
+func (s *streamer) end(closing, usageChunk []byte, failure error, u openai.Usage, cost *tollgate.Amount) {
 	if !s.committed {
 		s.commit()
 	}
 	s.buf = openai.AppendData(closing, usageChunk)
 	s.buf = s.x.appendStreamEnd(s.buf, failure)
-	s.w.Header().Set("X-Tollgate-Cost", cost.String())
+	if cost != nil {
+		s.w.Header().Set("X-Tollgate-Cost", cost.String())
+	}
 	if u.Estimated {
 		s.w.Header().Set("X-Tollgate-Usage-Estimated", "true")
 	}

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/storefail"
 )
 
 // StatusOf is the one place where an error code becomes an HTTP status
@@ -43,7 +45,7 @@ func StatusOf(c tollgate.Code) int {
 		return http.StatusTooManyRequests
 	case tollgate.CodeUpstreamError, tollgate.CodeSearchUnavailable:
 		return http.StatusBadGateway
-	case tollgate.CodeBackendUnavailable:
+	case tollgate.CodeBackendUnavailable, tollgate.CodeStoreUnavailable:
 		return http.StatusServiceUnavailable
 	case tollgate.CodeTimeout:
 		return http.StatusGatewayTimeout
@@ -57,12 +59,33 @@ func StatusOf(c tollgate.Code) int {
 // its code maps to; every listener (API, public, admin) answers errors
 // through it. Errors that are not *tollgate.Error are bugs: the client gets
 // internal_error with the request id, the log gets the cause.
+//
+// A store that could not be reached (storefail.Unavailable: the database is
+// down or restarting) is an outage, not a bug: 503 store_unavailable with
+// Retry-After, whatever call met it (authentication, a hold, an
+// Idempotency-Key, a settle), and a log line naming that call.
 func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 	var e *tollgate.Error
-	if !errors.As(err, &e) {
-		id := w.Header().Get("X-Request-Id")
+	id := w.Header().Get("X-Request-Id")
+	coded := errors.As(err, &e)
+	if outage(err, e) {
+		op, ok := storefail.Op(err)
+		if !ok {
+			op = "unnamed"
+		}
+		log.Warn("store unavailable", "request_id", id, "operation", op, "err", err)
+		msg := "the service's database cannot be reached right now; retry in a moment"
+		if coded && e.Code == tollgate.CodeStoreUnavailable {
+			msg = strings.TrimSuffix(e.Message, ".")
+		}
+		e = &tollgate.Error{Code: tollgate.CodeStoreUnavailable, RetryAfter: storefail.RetryAfter,
+			Message: msg + " (request id " + id + ")"}
+	} else if !coded {
 		log.Error("internal error", "request_id", id, "err", err)
 		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: "internal error; quote request id " + id + " when reporting it"}
+	} else if e.Code == tollgate.CodeInternal && id != "" && !strings.Contains(e.Message, id) {
+		log.Error("internal error", "request_id", id, "err", err)
+		e = &tollgate.Error{Code: tollgate.CodeInternal, Message: strings.TrimSuffix(e.Message, ".") + " (request id " + id + ")"}
 	}
 	status := StatusOf(e.Code)
 	if ri := infoFrom(w); ri != nil {
@@ -83,6 +106,22 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, err error) {
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// outage reports whether err (whose first *tollgate.Error is e, or nil) is
+// a store that could not be reached. An error that has a code of its own
+// keeps it (a backend's refused connection is upstream_error, not an
+// outage of the store); one coded internal_error, or none, is an outage
+// when a store call named it so (storefail.Wrap) or its cause says so.
+func outage(err error, e *tollgate.Error) bool {
+	if e != nil && e.Code == tollgate.CodeStoreUnavailable {
+		return true
+	}
+	if e != nil && e.Code != tollgate.CodeInternal {
+		return false
+	}
+	_, named := storefail.Op(err)
+	return named || storefail.Unavailable(err)
 }
 
 // HTTPErrorBody renders the HTTP server's own answers to requests it could

@@ -157,6 +157,7 @@ func (s *Server) mux(routes []route) *routeTable {
 		paths = append(paths, rt.methods+" "+rt.path)
 	}
 	served := strings.Join(paths, ", ")
+	t.methods = routeMethods(routes)
 	for _, rt := range routes {
 		h := func(w http.ResponseWriter, r *http.Request) {
 			if !allowed(rt.methods, r.Method) {
@@ -173,8 +174,12 @@ func (s *Server) mux(routes []route) *routeTable {
 		mux.HandleFunc(rt.path, h)
 	}
 	t.notFound = func(w http.ResponseWriter, r *http.Request, hint string) {
+		target := r.URL.Path
+		if target == "" {
+			target = r.RequestURI // CONNECT's host:port
+		}
 		WriteError(w, s.Log, tollgate.Errorf(tollgate.CodeNotFound,
-			"%s %s is not served on this listener (it serves %s)%s", r.Method, r.URL.Path, served, hint))
+			"%s %s is not served on this listener (it serves %s)%s", r.Method, target, served, hint))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { t.notFound(w, r, "") })
 	return t
@@ -192,25 +197,58 @@ func (s *Server) mux(routes []route) *routeTable {
 // not_found, naming the path it would have meant (CONTRACT.md: any path that
 // is not served).
 type routeTable struct {
+	methods  string // every method of the table's routes, for OPTIONS *
 	exact    map[string]http.HandlerFunc
 	mux      *http.ServeMux
 	notFound func(w http.ResponseWriter, r *http.Request, hint string)
 }
 
 func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.RawPath == "" && r.Method != http.MethodConnect {
+	switch {
+	case r.Method == http.MethodConnect:
+		// A proxy's tunnel (its target is a host, not a path): never
+		// served. The ServeMux would answer with its plain-text 404.
+		t.notFound(w, r, " (tollgate is not a proxy)")
+		return
+	case r.RequestURI == "*":
+		// OPTIONS * (RFC 9110 §9.3.7) asks about the server as a whole:
+		// answered here, after the middleware, so it has its request id
+		// and access-log line (net/http's own answer has neither: the
+		// listeners set DisableGeneralOptionsHandler).
+		if r.Method != http.MethodOptions {
+			t.notFound(w, r, "")
+			return
+		}
+		w.Header().Set("Allow", t.methods)
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if r.URL.RawPath == "" {
 		if h, ok := t.exact[r.URL.Path]; ok {
 			h(w, r)
 			return
 		}
 	}
-	if r.Method != http.MethodConnect {
-		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
-			t.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
-			return
-		}
+	if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+		t.notFound(w, r, " (a path is matched as spelled; "+clean+" is a different path)")
+		return
 	}
 	t.mux.ServeHTTP(w, r)
+}
+
+// routeMethods lists the methods of routes, once each, in order of first
+// appearance, with OPTIONS (answered for *).
+func routeMethods(routes []route) string {
+	var ms []string
+	for _, rt := range append(routes, route{methods: http.MethodOptions}) {
+		for _, m := range strings.Split(rt.methods, ",") {
+			if m = strings.TrimSpace(m); m != "" && !slices.Contains(ms, m) {
+				ms = append(ms, m)
+			}
+		}
+	}
+	return strings.Join(ms, ", ")
 }
 
 // cleanPath is the path the ServeMux would redirect p to: path.Clean, with a

@@ -104,7 +104,8 @@ func BenchmarkBilling(b *testing.B) {
 			sep = "&"
 		}
 		b.Setenv("TG_BENCH_PG", u+sep+"search_path="+schema)
-		modes = append(modes, mode{name: "postgres", store: "  postgres_url_env: TG_BENCH_PG\n"})
+		modes = append(modes, mode{name: "postgres", store: "  postgres_url_env: TG_BENCH_PG\n"},
+			mode{name: "postgres-durable", store: "  postgres_url_env: TG_BENCH_PG\n", extra: "billing:\n  journal: \"off\"\n"})
 	}
 	only := strings.Split(*billBenchOnly, ",")
 	modes = slices.DeleteFunc(modes, func(m mode) bool {

@@ -20,7 +20,7 @@ import (
 // of the process polls the network, often only when tollgate's goroutine has
 // finished the rest of the burst. In a process of its own the client is woken
 // by the kernel instead, and every hop between the processes pays a wake-up
-// (docs/performance.md, "Session 5 figures").
+// (docs/performance.md, "How the benchmarks are built").
 
 // benchClientEnv, set to "1", makes a test binary run the paired client
 // (TestMain), since it has no `bench-client` command line of its own.

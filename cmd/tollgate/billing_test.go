@@ -42,6 +42,17 @@ var flatHold = tollgate.Amount(10 * 3_000_007)
 
 func (h *harness) books() Store { return h.main.Store }
 
+// usageOrError is what an answer or a stream's event says of its cost or
+// its failure.
+type usageOrError struct {
+	Usage *struct {
+		Cost string `json:"cost"`
+	} `json:"usage"`
+	Error *struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
 // postKey is h.post with another key.
 func (h *harness) postKey(key, body string, headers map[string]string) (int, http.Header, []byte) {
 	h.t.Helper()
@@ -212,12 +223,7 @@ func (h *harness) stream(key, body string, stopAfter int) sseResult {
 		}
 		var ev struct {
 			Choices []json.RawMessage `json:"choices"`
-			Usage   *struct {
-				Cost string `json:"cost"`
-			} `json:"usage"`
-			Error *struct {
-				Code string `json:"code"`
-			} `json:"error"`
+			usageOrError
 		}
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			h.t.Fatalf("bad event %s: %v", line, err)

@@ -145,7 +145,8 @@ func TestIdempotencyCrashAfterTheChargePostgres(t *testing.T) {
 	case r1 = <-first:
 	case <-time.After(5 * time.Second):
 	}
-	// The charge is committed before the answer (no journal with PostgreSQL).
+	// The charge reaches the ledger soon after the answer (with the charge
+	// journal, the default, the answer does not wait for its commit).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := st.LedgerEntry(ctx, original); err == nil {

@@ -267,9 +267,9 @@ func pgURLWithSchema(t *testing.T, schema string) string {
 
 // kill -9 of a process in the middle of a stream: its hold outlives it
 // until the lease ends, then a restarted process sweeps it; the cut request
-// is charged what its process recorded of it in the charge journal (SQLite's
-// default: at least its first token, TestBillingStreamCutByACrashIsCharged),
-// nothing without a journal (PostgreSQL's default), and the books add up.
+// is charged what its process recorded of it in the charge journal (the
+// default with either store: at least its first token,
+// TestBillingStreamCutByACrashIsCharged), and the books add up.
 func TestBillingCrashMidStream(t *testing.T) {
 	bin := buildBinary(t)
 	for _, storeName := range []string{"sqlite", "postgres"} {
@@ -347,10 +347,7 @@ func TestBillingCrashMidStream(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			wantCut := 0
-			if storeName == "sqlite" {
-				wantCut = 1
-			}
+			const wantCut = 1 // both stores keep a charge journal by default
 			nCut, cut := countCharges(t, st, acct.ID)
 			if nCut != wantCut {
 				t.Errorf("%d charges for a stream cut by a crash, want %d", nCut, wantCut)

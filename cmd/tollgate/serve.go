@@ -202,6 +202,9 @@ func (m *Main) Open(ctx context.Context) error {
 			// body's read deadline is the middleware's (server/middleware.go).
 			ErrorLog:  slog.NewLogLogger(m.Log.With("listener", name).Handler(), slog.LevelWarn),
 			Protocols: new(http.Protocols),
+			// OPTIONS * goes through the middleware (request id, access
+			// log) to the routes' answer (server/server.go).
+			DisableGeneralOptionsHandler: true,
 		}
 		srv.Protocols.SetHTTP1(true)
 		tlsOn := cfg.Listen.TLS.Serves(name)
