@@ -181,8 +181,8 @@ type Billing struct {
 	// charge journal"): a settle within its hold answers once its charge
 	// is there, safe from a crash of the process, and is committed with
 	// the next batch. Default with SQLite: the database's path plus
-	// "-charges"; with PostgreSQL: DefaultPostgresJournal beside the config
-	// file. "off": none (every response waits for its charge's durable
+	// "-charges"; with PostgreSQL: DefaultPostgresJournal in the working
+	// directory. "off": none (every response waits for its charge's durable
 	// commit, and a charge whose write fails is not kept).
 	Journal string `yaml:"journal"`
 	// JournalDir is the resolved directory ("" for none).
@@ -193,7 +193,7 @@ type Billing struct {
 }
 
 // DefaultPostgresJournal is the charge journal's directory with PostgreSQL,
-// relative to the config file: a charge whose write fails while the
+// relative to the working directory: a charge whose write fails while the
 // database is away is kept there until it can be written (docs/billing.md).
 const DefaultPostgresJournal = "tollgate-charges"
 
@@ -471,9 +471,10 @@ func (c *Config) validate(getenv func(string) string, backendSecrets bool, d *de
 	case c.Store.Driver == "sqlite" && !sqliteInMemory(c.Store.SQLite):
 		c.Billing.JournalDir = c.Store.Path + "-charges"
 	case c.Store.Driver == "postgres":
-		// Beside the config: instances started from one config on one
-		// host share it, so any of them recovers a dead one's charges.
-		c.Billing.JournalDir = c.resolve(DefaultPostgresJournal)
+		// In the working directory (the state directory of the packaged
+		// units: /var/lib/tollgate), not beside a config that is often
+		// read-only; instances sharing it recover each other's charges.
+		c.Billing.JournalDir = DefaultPostgresJournal
 	}
 	if c.AdminTokenEnv != "" {
 		c.AdminToken = getenv(c.AdminTokenEnv)

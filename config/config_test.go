@@ -183,8 +183,8 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 }
 
-// The charge journal: beside an SQLite file by default, beside the config
-// with PostgreSQL, none for an in-memory database or "off", or a path of
+// The charge journal: beside an SQLite file by default, in the working
+// directory with PostgreSQL, none for an in-memory database or "off", or a path of
 // the operator's.
 func TestBillingJournalDir(t *testing.T) {
 	e := env(map[string]string{"NODE_KEY": "n", "OR_KEY": "o", "PG": "postgres://x"})
@@ -194,7 +194,7 @@ func TestBillingJournalDir(t *testing.T) {
 		{minimal + "billing: {journal: spool/charges}\n", "/etc/tg/spool/charges"},
 		{minimal + "billing: {journal: /var/lib/tg}\n", "/var/lib/tg"},
 		{strings.Replace(minimal, "store: {sqlite: data/t.db}", `store: {sqlite: ":memory:"}`, 1), ""},
-		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1), "/etc/tg/tollgate-charges"},
+		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1), "tollgate-charges"},
 		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1) + "billing: {journal: \"off\"}\n", ""},
 		{strings.Replace(minimal, "store: {sqlite: data/t.db}", "store: {postgres_url_env: PG}", 1) + "billing: {journal: j}\n", "/etc/tg/j"},
 	} {

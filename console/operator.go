@@ -49,8 +49,12 @@ type OperatorOptions struct {
 	// APIBase is the api listener's URL, to print invitation links whole.
 	APIBase        string
 	TrustedProxies []netip.Prefix
-	Log            *slog.Logger
-	Now            func() time.Time
+	// Payments shows the accounts' payments, the events to look at and
+	// what accounts owe, and offers the re-check; nil when payments are
+	// off, and the console shows none of it.
+	Payments OperatorPayments
+	Log      *slog.Logger
+	Now      func() time.Time
 }
 
 const (
@@ -110,7 +114,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	op := &Operator{st: st, o: o, token: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{}, mux: http.NewServeMux(),
 		sessions: map[tollgate.KeyHash]time.Time{}, failures: newAttempts(operatorFailures, failureWindow),
 		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}, secret: randomSecret()}}
-	for _, name := range []string{"op_signin", "op_accounts", "op_account", "op_service", "error"} {
+	for _, name := range []string{"op_signin", "op_accounts", "op_account", "op_service", "op_payments", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -134,6 +138,10 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	op.mux.HandleFunc("POST /console/accounts/{id}/{action}", op.c.page(op.signedIn(op.accountAction)))
 	op.mux.HandleFunc("GET /console/service", op.c.page(op.signedIn(op.service)))
 	op.mux.HandleFunc("POST /console/service/audit", op.c.page(op.signedIn(op.runAudit)))
+	if o.Payments != nil {
+		op.mux.HandleFunc("GET /console/payments", op.c.page(op.signedIn(op.payments)))
+		op.mux.HandleFunc("POST /console/payments/{id}/recheck", op.c.page(op.signedIn(op.recheck)))
+	}
 	op.mux.HandleFunc("/console/", op.c.page(func(w http.ResponseWriter, r *http.Request) error {
 		return tollgate.Errorf(tollgate.CodeNotFound, "there is no operator page %s %s", r.Method, r.URL.Path)
 	}))
@@ -187,7 +195,7 @@ func (op *Operator) live(h tollgate.KeyHash) bool {
 }
 
 func (op *Operator) view(r *http.Request, title, nav string) *view {
-	return &view{Title: title, Nav: nav, Operator: true, CSRF: sessionCSRF(opCurrent(r).token)}
+	return &view{Title: title, Nav: nav, Operator: true, CSRF: sessionCSRF(opCurrent(r).token), Payments: op.o.Payments != nil}
 }
 
 func (op *Operator) render(w http.ResponseWriter, status int, page string, v *view) error {
@@ -351,6 +359,11 @@ type opAccountData struct {
 	Invite  string // the whole invitation link, shown once
 	Amount  string // what was typed, when the form comes back with an error
 	Note    string
+	// PaymentsOn: payments are on, and Payments are the account's newest
+	// and Owed what it owes after refunds or disputes.
+	PaymentsOn bool
+	Payments   []tollgate.Payment
+	Owed       tollgate.Amount
 }
 
 var doneNotices = map[string]string{
@@ -384,10 +397,16 @@ func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status
 	if d.Entries, err = op.st.OperatorEntries(r.Context(), id, opEntries); err != nil {
 		return err
 	}
+	if err := op.accountPayments(r.Context(), id, &d); err != nil {
+		return err
+	}
 	v := op.view(r, a.Name, "accounts")
 	v.Data, v.Error = d, verr
 	if verr == nil {
 		v.Notice = doneNotices[r.URL.Query().Get("done")]
+		if r.URL.Query().Get("done") == "recheck" {
+			v.Notice = recheckNotice(r.URL.Query().Get("payment"), tollgate.PaymentOutcome(r.URL.Query().Get("outcome")))
+		}
 	}
 	return op.render(w, status, "op_account", v)
 }

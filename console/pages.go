@@ -28,6 +28,8 @@ type overviewData struct {
 	Models                      []modelSpend
 	Prices                      []priceRow
 	Uptime                      string
+	// TopUpNotice says auto top-up was turned off, and why (a declined card).
+	TopUpNotice string
 }
 
 // modelSpend is one model's charges over the chart's days.
@@ -88,6 +90,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		return cmp.Or(cmp.Compare(b.Cost, a.Cost), strings.Compare(a.Model, b.Model))
 	})
 	if d.Prices, d.Uptime, err = c.prices(r); err != nil {
+		return err
+	}
+	if d.TopUpNotice, err = c.topUpNotice(r); err != nil {
 		return err
 	}
 	v := c.accountView(r, "Overview", "overview")
@@ -299,6 +304,9 @@ type activityData struct {
 	Next      string // query of the next page, "" on the last
 	CSV       string // query of the CSV export
 	KeyLabels map[string]string
+	// Payments are the account's newest payment events in the filter's
+	// days, on the first page (payments on).
+	Payments []paymentActivity
 }
 
 type activityRow struct {
@@ -375,6 +383,11 @@ func (c *Console) activity(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, e := range entries {
 		d.Entries = append(d.Entries, activityRow{LedgerEntry: e, Key: labels[e.Charge.KeyID]})
+	}
+	if page == 1 {
+		if d.Payments, err = c.paymentsActivity(r, uf); err != nil {
+			return err
+		}
 	}
 	v := c.accountView(r, "Activity", "activity")
 	v.Data = d

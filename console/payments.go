@@ -5,8 +5,10 @@ import (
 	"encoding/csv"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/payments"
@@ -205,4 +207,82 @@ func (c *Console) setAutoTopUp(w http.ResponseWriter, r *http.Request) error {
 	}
 	http.Redirect(w, r, "/console/payments#auto-topup", http.StatusSeeOther)
 	return nil
+}
+
+// topUpNotice is why the account's auto top-up was turned off (a declined
+// card), for the overview's banner; "" if it was not, or payments or auto
+// top-up are off.
+func (c *Console) topUpNotice(r *http.Request) (string, error) {
+	if c.o.Payments == nil || !c.o.Payments.Options().AutoTopUp {
+		return "", nil
+	}
+	a, err := c.o.Payments.AutoTopUp(r.Context(), current(r).account.ID)
+	if errors.Is(err, tollgate.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil || a.Enabled {
+		return "", err
+	}
+	return a.Notice, nil
+}
+
+// activityPayments is how many payment events the activity lists.
+const activityPayments = 10
+
+// paymentActivity is a payment as the activity lists it: what happened
+// to it, when.
+type paymentActivity struct {
+	tollgate.Payment
+	What string
+	Time time.Time
+}
+
+// paymentsActivity lists the account's payments that came to something
+// (credited, failed — a declined auto top-up among them —, refunded,
+// disputed), newest first, within the filter's days; none when the filter
+// names a key or a model (a payment has neither), or payments are off.
+func (c *Console) paymentsActivity(r *http.Request, uf tollgate.UsageFilter) ([]paymentActivity, error) {
+	if c.o.Payments == nil || uf.KeyID != "" || uf.Model != "" {
+		return nil, nil
+	}
+	ps, err := c.o.Payments.Payments(r.Context(), uf.AccountID, paymentsShown)
+	if err != nil {
+		return nil, err
+	}
+	var out []paymentActivity
+	for _, p := range ps {
+		a := paymentActivity{Payment: p, Time: p.Updated}
+		if !p.Credited.IsZero() {
+			a.Time = p.Credited
+		}
+		topUp := p.Kind == tollgate.PaymentAutoTopUp
+		switch p.Status {
+		case tollgate.PaymentPending:
+			continue
+		case tollgate.PaymentCredited:
+			a.What = pick(topUp, "Auto top-up credited", "Payment credited")
+		case tollgate.PaymentFailed:
+			a.What = pick(topUp, "Auto top-up declined", "Payment failed")
+			if topUp && !strings.Contains(p.Note, "declined") {
+				a.What = "Auto top-up failed"
+			}
+		case tollgate.PaymentRefunded:
+			a.What = pick(topUp, "Auto top-up refunded", "Payment refunded")
+		case tollgate.PaymentDisputed:
+			a.What = pick(topUp, "Auto top-up disputed", "Payment disputed")
+		}
+		if (!uf.Since.IsZero() && a.Time.Before(uf.Since)) || (!uf.Until.IsZero() && !a.Time.Before(uf.Until)) {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortStableFunc(out, func(a, b paymentActivity) int { return b.Time.Compare(a.Time) })
+	return out[:min(len(out), activityPayments)], nil
+}
+
+func pick(cond bool, yes, no string) string {
+	if cond {
+		return yes
+	}
+	return no
 }

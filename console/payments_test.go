@@ -24,7 +24,12 @@ const consoleWhsec = "whsec_console"
 // stripe-mock, its webhook served over loopback HTTP.
 func paymentsEnv(t *testing.T, autoTopUp bool) (*env, string) {
 	t.Helper()
-	mock := stripetest.URL(t)
+	return paymentsEnvAt(t, stripetest.URL(t), autoTopUp)
+}
+
+// paymentsEnvAt is paymentsEnv with the Stripe API at mock.
+func paymentsEnvAt(t *testing.T, mock string, autoTopUp bool) (*env, string) {
+	t.Helper()
 	st, err := sqlite.Open(t.TempDir() + "/t.db")
 	if err != nil {
 		t.Fatal(err)
@@ -169,5 +174,84 @@ func TestAutoTopUpSettings(t *testing.T) {
 	if p := b.get("/console/payments"); !strings.Contains(p.body, `id="topup-notice">Auto top-up was turned off: the card was declined`) ||
 		!strings.Contains(p.body, `data-enabled="false"`) {
 		t.Fatalf("after a decline:\n%s", p.body)
+	}
+}
+
+// TestDeclinedTopUpShows: a declined auto top-up (as payments' TopUpOnce
+// records one: the claimed payment failed, auto top-up turned off with a
+// notice) shows as a banner on the overview and as an entry in the
+// activity, beside a credited payment; a key filter hides them, and
+// turning auto top-up on again clears the banner.
+func TestDeclinedTopUpShows(t *testing.T) {
+	e, hook := paymentsEnv(t, true)
+	b := e.signedIn(t)
+	if p := b.get("/console/"); strings.Contains(p.body, `id="topup-notice"`) {
+		t.Fatal("a top-up banner before any top-up")
+	}
+	if p := b.get("/console/activity"); strings.Contains(p.body, `id="payment-activity"`) {
+		t.Fatal("payments in the activity before any payment")
+	}
+	// A payment credited by its webhook.
+	pay, _, err := e.opts.Payments.StartCheckout(t.Context(), e.acct.ID, tollgate.Dollars(25), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := stripetest.Event("evt_act", payments.EventSessionCompleted, time.Now(),
+		stripetest.Session(pay.CheckoutSession, e.acct.ID, "25", "1.03", 2603, "paid", "pi_act"))
+	if st, body := stripetest.Deliver(t, hook, ev, consoleWhsec, time.Now()); st != 200 || !strings.Contains(body, `"credited"`) {
+		t.Fatalf("webhook: %d %s", st, body)
+	}
+	// The declined top-up.
+	st := e.st.(tollgate.PaymentStore)
+	ctx, now := t.Context(), time.Now().UTC().Truncate(time.Microsecond)
+	if err := st.SaveCard(ctx, e.acct.ID, "cus_act", "pm_act", now); err != nil {
+		t.Fatal(err)
+	}
+	on := tollgate.AutoTopUp{AccountID: e.acct.ID, Enabled: true, Threshold: tollgate.Dollars(5), Amount: tollgate.Dollars(20), Updated: now}
+	if err := st.SetAutoTopUp(ctx, on); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := e.opts.Payments.Quote(tollgate.Dollars(20))
+	topUp := tollgate.Payment{ID: tollgate.NewOrderedID("pay_", now), AccountID: e.acct.ID, Provider: "stripe", Kind: tollgate.PaymentAutoTopUp,
+		Status: tollgate.PaymentPending, Customer: "cus_act", Credit: q.Credit, Fee: q.Fee, AmountCents: q.AmountCents, Currency: q.Currency, Created: now, Updated: now}
+	if ok, err := st.ClaimTopUp(ctx, topUp, now.Add(time.Hour), now); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if _, err := st.FailPayment(ctx, topUp.ID, "the card was declined: insufficient_funds", now); err != nil {
+		t.Fatal(err)
+	}
+	const notice = "Auto top-up was turned off: the card was declined (insufficient_funds)."
+	if err := st.DisableAutoTopUp(ctx, e.acct.ID, notice, now); err != nil {
+		t.Fatal(err)
+	}
+
+	if p := b.get("/console/"); p.status != 200 || !strings.Contains(p.body, `id="topup-notice">`+notice) {
+		t.Fatalf("overview after a declined top-up: %d\n%s", p.status, p.body)
+	}
+	act := b.get("/console/activity")
+	if act.status != 200 || !strings.Contains(act.body, `id="payact-`+topUp.ID+`" data-status="failed"`) ||
+		!strings.Contains(act.body, "Auto top-up declined") || !strings.Contains(act.body, "the card was declined: insufficient_funds") ||
+		!strings.Contains(act.body, `id="payact-`+pay.ID+`" data-status="credited"`) || !strings.Contains(act.body, "Payment credited") {
+		t.Fatalf("activity after a declined top-up:\n%s", act.body)
+	}
+	if i, j := strings.Index(act.body, "payact-"+topUp.ID), strings.Index(act.body, "payact-"+pay.ID); i > j {
+		t.Error("the activity does not list the newest payment event first")
+	}
+	keys, _ := e.st.Keys(ctx, e.acct.ID)
+	if p := b.get("/console/activity?key=" + keys[0].ID); strings.Contains(p.body, `id="payment-activity"`) {
+		t.Error("a key's activity lists payments")
+	}
+	if p := b.get("/console/activity?until=2000-01-01"); strings.Contains(p.body, `id="payment-activity"`) {
+		t.Error("the activity of days before the payments lists them")
+	}
+	// Turned on again: the banner goes; the entry stays.
+	if err := st.SetAutoTopUp(ctx, on); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/console/"); strings.Contains(p.body, `id="topup-notice"`) {
+		t.Error("the banner stays after auto top-up was turned on again")
+	}
+	if p := b.get("/console/activity"); !strings.Contains(p.body, "Auto top-up declined") {
+		t.Error("the declined top-up left the activity")
 	}
 }

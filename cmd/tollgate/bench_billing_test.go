@@ -317,6 +317,7 @@ store:
 	if err != nil {
 		b.Fatal(err)
 	}
+	journalBesideConfig(cfg, path)
 	m := &Main{Config: cfg}
 	// Every goroutine of this mode's service (listeners, connections, the
 	// billing workers) and of its clients carries the profiler label

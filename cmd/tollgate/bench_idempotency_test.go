@@ -138,6 +138,7 @@ models:
 	if err != nil {
 		b.Fatal(err)
 	}
+	journalBesideConfig(cfg, path)
 	m := &Main{Config: cfg}
 	if err := m.Open(context.Background()); err != nil {
 		b.Fatal(err)

@@ -56,6 +56,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
+	journalBesideConfig(cfg, cfgPath)
 	m := &Main{Config: cfg}
 	if err := m.Open(context.Background()); err != nil {
 		t.Fatal(err)

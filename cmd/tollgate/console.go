@@ -20,9 +20,9 @@ func consoleRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeRea
 }
 
 // operatorRoutes are the operator's console for the admin listener.
-func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, log *slog.Logger) (map[string]http.Handler, error) {
+func operatorRoutes(cfg *config.Config, rl *relay.Relay, uptime console.UptimeReader, st Store, pay console.OperatorPayments, log *slog.Logger) (map[string]http.Handler, error) {
 	op, err := console.NewOperator(st, console.OperatorOptions{Token: cfg.AdminToken, Catalog: rl.Catalog, NodeHealth: rl.NodeHealth, Uptime: uptime,
-		AuditGrace: auditGrace(cfg), APIBase: consoleBase(cfg.Listen.API), TrustedProxies: cfg.Console.Trusted, Log: log})
+		AuditGrace: auditGrace(cfg), APIBase: consoleBase(cfg.Listen.API), TrustedProxies: cfg.Console.Trusted, Payments: pay, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func adminListenerRoutes(cfg *config.Config, rl *relay.Relay, uptime console.Upt
 	for p, h := range adminRoutes(cfg, st, pay, log) {
 		routes[p] = h
 	}
-	op, err := operatorRoutes(cfg, rl, uptime, st, log)
+	op, err := operatorRoutes(cfg, rl, uptime, st, pay, log) // nil stays nil: payments off
 	for p, h := range op {
 		routes[p] = h
 	}

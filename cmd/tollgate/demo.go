@@ -245,7 +245,7 @@ The console (balance, keys, activity, prices) is at %s/console/
 Add credit at %s/console/payments: the payment page is a simulated Stripe
   Checkout (card 4242 4242 4242 4242 pays, 4000 0000 0000 0002 is declined).
 
-The operator console (accounts, credits, nodes, audit) is at http://%s/console/
+The operator console (accounts, credits, payments, nodes, audit) is at http://%s/console/
   sign in with the admin token %s
   (the same token opens the admin API and /debug/pprof/ there: Authorization: Bearer <token>)
 

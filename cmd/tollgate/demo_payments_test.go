@@ -19,7 +19,10 @@ import (
 // declined card refused on the simulated Stripe Checkout, pay with the
 // card that pays, come back to the console, watch the payment go from
 // pending to credited (the simulated Stripe's signed webhook), and find the
-// balance moved by exactly the credit and the payment listed. It runs when
+// balance moved by exactly the credit and the payment listed, in the
+// payments and in the activity; leave a second payment unpaid, which the
+// operator sees pending beside the first on the account's page and
+// re-checks (nothing credited), and find the operator's Payments page. It runs when
 // TOLLGATE_TEST_BROWSER is set; then a missing Chromium fails it.
 func TestDemoPaymentsInBrowser(t *testing.T) {
 	browserPath := browsertest.Path(t)
@@ -115,5 +118,50 @@ func TestDemoPaymentsInBrowser(t *testing.T) {
 	do("the overview", chromedp.Navigate(strings.TrimSuffix(payURL[1], "/payments")+"/"), chromedp.WaitVisible(css(`#balance`)))
 	if b := read("#balance"); b != "35.000000 USD" {
 		t.Errorf("after paying 25 USD the balance shows %q, want 35.000000 USD", b)
+	}
+	do("the activity", chromedp.Navigate(strings.TrimSuffix(payURL[1], "/payments")+"/activity"), chromedp.WaitVisible(css(`#payment-activity`)))
+	if row := read(`#payment-activity tbody tr`); !strings.Contains(row, "Payment credited") || !strings.Contains(row, "25.000000") {
+		t.Errorf("the activity's payment row: %q", row)
+	}
+	do("start a payment of 5 USD and leave the Checkout page unpaid",
+		chromedp.Navigate(payURL[1]),
+		chromedp.SendKeys(css(`input[name=amount]`), "5"),
+		chromedp.Click(css(`form[action="/console/payments"] button[type=submit]`)),
+		chromedp.WaitVisible(css(`#quote-total`)),
+		chromedp.Click(css(`#quote button[type=submit]`)),
+		chromedp.WaitVisible(css(`#pay`)),
+	)
+
+	// The operator sees both payments on the account's page; Re-check of
+	// the unpaid one asks the simulated Stripe and credits nothing.
+	op := regexp.MustCompile(`operator console \(.*\) is at (\S+)\s+sign in with the admin token (\S+)`).FindStringSubmatch(text)
+	if op == nil {
+		t.Fatalf("the demo's instructions name no operator console:\n%s", text)
+	}
+	do("the operator signs in and opens the account",
+		chromedp.Navigate(op[1]+"signin"),
+		chromedp.WaitVisible(css(`input[name=token]`)),
+		chromedp.SendKeys(css(`input[name=token]`), op[2]),
+		chromedp.Click(css(`main button[type=submit]`)),
+		chromedp.WaitVisible(css(`a[href^="/console/accounts/acct_"]`)),
+		chromedp.Click(css(`a[href^="/console/accounts/acct_"]`)),
+		chromedp.WaitVisible(css(`#payments-table`)),
+	)
+	if rows := read(`#payments-table tbody`); !strings.Contains(rows, "credited") || !strings.Contains(rows, "pending") || !strings.Contains(rows, "cs_test_") {
+		t.Errorf("the operator's payments of the account: %q", rows)
+	}
+	do("re-check the pending payment",
+		chromedp.Click(css(`#payments-table tr[data-status=pending] button`)),
+		chromedp.WaitVisible(css(`div.alert.notice[role=status]`)),
+	)
+	if page := read(`main`); !strings.Contains(page, "re-checked with the provider: not paid yet; nothing credited.") {
+		t.Errorf("after the re-check the page says: %q", page)
+	}
+	if b := read("#balance"); b != "35.000000 USD" {
+		t.Errorf("after re-checking an unpaid payment the balance shows %q, want 35.000000 USD", b)
+	}
+	do("the operator's payments page", chromedp.Click(css(`nav a[href="/console/payments"]`)), chromedp.WaitVisible(css(`#events-table`)))
+	if owed := read(`#owed-table`); !strings.Contains(owed, "No account owes anything.") {
+		t.Errorf("the operator's payments page, owed: %q", owed)
 	}
 }

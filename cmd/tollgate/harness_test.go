@@ -149,6 +149,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, text)
 	}
+	journalBesideConfig(cfg, path)
 	h.main = &Main{Config: cfg, Log: o.log, Tracing: o.tracing}
 	if err := h.main.Open(context.Background()); err != nil {
 		t.Fatalf("open: %v", err)
@@ -167,6 +168,16 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	h.acct, h.keyRec, h.key = h.newKey(credit, nil)
 	h.client = h.clientWith(h.key)
 	return h
+}
+
+// journalBesideConfig moves PostgreSQL's default charge journal, relative
+// to the working directory (the package's source directory in tests, shared
+// by every test), beside the test's config file, as `tollgate serve` gets it
+// when it runs in the config's directory (procFleet).
+func journalBesideConfig(cfg *config.Config, configPath string) {
+	if cfg.Billing.JournalDir == config.DefaultPostgresJournal {
+		cfg.Billing.JournalDir = filepath.Join(filepath.Dir(configPath), config.DefaultPostgresJournal)
+	}
 }
 
 // newKey creates an account with credit and a key for it.

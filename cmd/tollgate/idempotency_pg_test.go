@@ -54,6 +54,7 @@ func startInstance(t *testing.T, bin, config string, env []string) *instance {
 	t.Helper()
 	in := &instance{done: make(chan struct{})}
 	in.cmd = exec.Command(bin, "serve", "--config", config, "--log-level", "info")
+	in.cmd.Dir = filepath.Dir(config) // PostgreSQL's charge journal: each test its own
 	in.cmd.Env = append(os.Environ(), env...)
 	stderr, err := in.cmd.StderrPipe()
 	if err != nil {
@@ -227,7 +228,13 @@ func TestIdempotencyAcrossInstancesPostgres(t *testing.T) {
 		t.Errorf("the retry called the simulator %d times, want 1", got)
 	}
 	checkReplay(t, r, postIdem(ins[2].api, secret, "multi-2", body2))
+	// The answer went out once its charge was in the charge journal; the
+	// commit follows within a batch.
 	ids := charges(t, db, acct.ID)
+	for deadline := time.Now().Add(10 * time.Second); len(ids) < 2 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		ids = charges(t, db, acct.ID)
+	}
 	if len(ids) != 2 || ids[1] != r.header.Get("X-Request-Id") && ids[0] != r.header.Get("X-Request-Id") {
 		t.Errorf("charges = %v, want two: multi-1's and the retry's %s", ids, r.header.Get("X-Request-Id"))
 	}

@@ -101,6 +101,7 @@ models:
 func (f *procFleet) start() *proc {
 	f.t.Helper()
 	cmd := exec.Command(f.bin, "serve", "--config", f.config, "--log-level", "info")
+	cmd.Dir = filepath.Dir(f.config) // PostgreSQL's charge journal: each test its own
 	cmd.Env = append(os.Environ(), f.env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

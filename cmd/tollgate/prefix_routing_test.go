@@ -121,7 +121,8 @@ func TestPrefixRoutingSpreadsUnrelatedThroughTollgate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	per := map[string]int{}
 	deadline := time.Now().Add(30 * time.Second)
-	for k := 0; k < 40 && time.Now().Before(deadline); k++ {
+	const prompts = 100
+	for k := 0; k < prompts && time.Now().Before(deadline); k++ {
 		c := newConversation("unrelated", rng, 0, k)
 		c.next()
 		per[sendTurn(t, g, c.body()).node]++
@@ -130,10 +131,13 @@ func TestPrefixRoutingSpreadsUnrelatedThroughTollgate(t *testing.T) {
 		t.Fatalf("unrelated prompts on %d nodes: %v", len(per), per)
 	}
 	// One at a time (no load to balance), each prompt goes to its home by
-	// rendezvous hashing: spread as hashing spreads, not in strict turn.
+	// rendezvous hashing of the node URLs, whose ports differ run to run:
+	// spread as hashing spreads, not in strict turn. 40 of 100 is 3.5
+	// standard deviations above the fair 25, so a fair hash passes all but
+	// about one run in a thousand, and a pile-up on one node fails.
 	for n, c := range per {
-		if c > 15 {
-			t.Fatalf("node %s took %d of 40 unrelated prompts: %v", n, c, per)
+		if c > 40 {
+			t.Fatalf("node %s took %d of %d unrelated prompts: %v", n, c, prompts, per)
 		}
 	}
 }
