@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // Catalog is the set of models the service sells, built from a CatalogSpec.
@@ -80,9 +81,9 @@ type Node struct {
 	nameOnce              sync.Once
 	nameHdr               []string // X-Tollgate-Node's value, shared by every response
 	h1Once                sync.Once
-	h1                    atomic.Pointer[h1Pool] // the node's client for chat requests (upstream.go)
+	h1                    atomic.Pointer[upstream.Pool] // the node's client for chat requests (package upstream)
 	probeOnce             sync.Once
-	probePool             atomic.Pointer[h1Pool] // the same client, for its health URL (health.go)
+	probePool             atomic.Pointer[upstream.Pool] // the same client, for its health URL (health.go)
 	// prefix records the prompt prefixes recently sent to the node, for
 	// prefix-cache routing (prefix.go). It goes with the node: a node the
 	// config removes or replaces takes its index with it.
@@ -101,7 +102,7 @@ type Node struct {
 // requests (health probes have their own connections).
 func (n *Node) Dials() int64 {
 	if p := n.h1.Load(); p != nil {
-		return p.dials.Load()
+		return p.Dials()
 	}
 	return 0
 }

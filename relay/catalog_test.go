@@ -1,9 +1,15 @@
 package relay
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // A config reload (SIGHUP) runs while requests use the nodes: building the
@@ -126,5 +132,39 @@ func TestNodeHealthReportsConcurrently(t *testing.T) {
 	check("after a last good probe")
 	if !n.Healthy() || n.health.failures.Load() != 0 {
 		t.Error("a good probe last: the node is not up with a clean count")
+	}
+}
+
+// Swapping the catalogue closes the idle connections of nodes it dropped:
+// the next request on the dropped node's client has to dial again.
+func TestSetCatalogClosesDroppedNodesIdleConnections(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	old := &Catalog{byID: map[string]*Model{}}
+	n := &Node{Name: "a", BaseURL: srv.URL + "/v1", Class: "network"}
+	old.Models = []*Model{{ID: "m", Backends: []*Backend{{Class: "network", Nodes: []*Node{n}}}}}
+	r := New(old, Options{}, Deps{})
+	p := r.h1For(n)
+	post := func() {
+		t.Helper()
+		resp, err := p.Post(context.Background(), upstream.Head{RequestID: "x"}, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	post()
+	post()
+	if d := p.Dials(); d != 1 {
+		t.Fatalf("%d dials for two requests in turn, want 1: the idle connection is reused", d)
+	}
+	r.SetCatalog(&Catalog{byID: map[string]*Model{}})
+	post()
+	if d := p.Dials(); d != 2 {
+		t.Fatalf("%d dials after the node was dropped, want 2: its idle connection was closed", d)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // Controls no node of the model honours (honouring) are served by tollgate
@@ -124,9 +125,9 @@ func (x *exchange) callN(ctx context.Context, n int) ([]*openai.Response, openai
 	if h1 == nil {
 		return nil, openai.Usage{}, fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 	}
-	head := upstreamHead{requestID: x.call.RequestID, traceparent: x.traceparent}
+	head := upstream.Head{RequestID: x.call.RequestID, Traceparent: x.traceparent}
 	if x.node.Key != "" {
-		head.authorization = x.node.authorization()[0]
+		head.Authorization = x.node.authorization()[0]
 	}
 	answers := make([]*openai.Response, n)
 	errs := make([]error, n)
@@ -152,8 +153,8 @@ func (x *exchange) callN(ctx context.Context, n int) ([]*openai.Response, openai
 }
 
 // callOnce is one non-streamed call.
-func (x *exchange) callOnce(ctx context.Context, h1 *h1Pool, head upstreamHead) (*openai.Response, error) {
-	resp, err := h1.post(ctx, head, x.body)
+func (x *exchange) callOnce(ctx context.Context, h1 *upstream.Pool, head upstream.Head) (*openai.Response, error) {
+	resp, err := h1.Post(ctx, head, x.body)
 	if err != nil {
 		if ctx.Err() == nil {
 			x.upstreamFailed()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // streamN serves a streamed request for n choices on a node whose server
@@ -35,9 +36,9 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 	if h1 == nil {
 		return fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 	}
-	head := upstreamHead{requestID: x.call.RequestID, traceparent: x.traceparent}
+	head := upstream.Head{RequestID: x.call.RequestID, Traceparent: x.traceparent}
 	if x.node.Key != "" {
-		head.authorization = x.node.authorization()[0]
+		head.Authorization = x.node.authorization()[0]
 	}
 	legs := make([]streamLeg, n)
 	// What the streams delivered goes to the charge journal at the first
@@ -80,11 +81,7 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 			failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Message: "the backend closed the stream before it finished"}
 		}
 	}
-	if failure != nil && !clientGone {
-		x.upstreamFailed()
-	} else if served {
-		x.upstreamOK()
-	}
+	x.streamHealth(served, failure, clientGone)
 	u = u.Normalize()
 	if x.r.tracer != nil {
 		x.endBackendSpan(u, "", failure)
@@ -116,16 +113,14 @@ var errLegFailed = errors.New("another choice's stream failed")
 
 // streamLeg is one of streamN's upstream streams.
 type streamLeg struct {
-	norm     openai.StreamNormalizer
-	done     bool
-	readErr  error
-	failure  error
+	norm openai.StreamNormalizer
+	streamRead
 	answered bool // a 2xx event stream
 }
 
 // run reads one upstream stream and forwards its chunks as choice i's.
-func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Pool, head upstreamHead, i int, first *sync.Once, prog *legProgress) {
-	resp, err := h1.post(ctx, head, x.body)
+func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *upstream.Pool, head upstream.Head, i int, first *sync.Once, prog *legProgress) {
+	resp, err := h1.Post(ctx, head, x.body)
 	if err != nil {
 		l.failure = err
 		if cause := context.Cause(ctx); cause != nil {
@@ -144,34 +139,12 @@ func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Poo
 	l.answered = true
 	er := openai.NewEventReader(resp.Body)
 	er.OnWait = s.flush
-	for {
-		ev, err := er.Next()
-		if err != nil {
-			l.readErr = err
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(err, io.EOF) {
-				if c := x.capError(cause); c != nil {
-					l.failure = c
-				} else if errors.Is(cause, errLegFailed) {
-					l.failure = errLegFailed
-				}
-			}
-			return
-		}
-		s.lastUpstream.Store(x.r.now().UnixNano())
-		out, err := l.norm.Event(ev)
-		if errors.Is(err, openai.ErrDone) {
-			l.done = true
-			return
-		}
-		if err != nil {
-			l.failure = err
-			return
-		}
+	l.streamRead = s.readEvents(er, &l.norm, func(out []byte, _ int64) bool {
 		if out == nil {
-			continue
+			return true
 		}
 		if !s.send(reindexChunk(out, i)) {
-			return // the client is gone
+			return false // the client is gone
 		}
 		if l.norm.DeliveredBytes() > 0 {
 			first.Do(func() {
@@ -181,6 +154,16 @@ func (l *streamLeg) run(ctx context.Context, x *exchange, s *streamer, h1 *h1Poo
 			})
 			if prog.prog.pr != nil {
 				prog.note(x, i, l.norm.FinalUsage(x.promptEstimate))
+			}
+		}
+		return true
+	})
+	if l.readErr != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(l.readErr, io.EOF) {
+			if c := x.capError(cause); c != nil {
+				l.failure = c
+			} else if errors.Is(cause, errLegFailed) {
+				l.failure = errLegFailed
 			}
 		}
 	}
@@ -211,19 +194,13 @@ func (p *legProgress) note(x *exchange, i int, u openai.Usage) {
 
 // served reports whether the stream ended as a stream should.
 func (l *streamLeg) served() bool {
-	return l.failure == nil && (l.done || (errors.Is(l.readErr, io.EOF) && l.norm.SawFinish()))
+	return l.failure == nil && l.finished(&l.norm)
 }
 
 // usage is what the stream is billed: the backend's usage when it gave one,
 // else a local count of what was delivered (nothing when nothing was).
 func (l *streamLeg) usage(promptEstimate int64) openai.Usage {
-	if u, ok := l.norm.Usage(); ok {
-		return u
-	}
-	if l.norm.DeliveredBytes() == 0 && !l.served() {
-		return openai.Usage{}
-	}
-	return l.norm.FinalUsage(promptEstimate)
+	return streamUsage(&l.norm, l.served(), promptEstimate)
 }
 
 var choiceZero = []byte(`"choices":[{"index":0,`)

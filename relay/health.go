@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // RunHealthChecks probes every node each interval until ctx ends: an up node
@@ -61,13 +63,13 @@ func (r *Relay) probe(ctx context.Context, n *Node, timeout time.Duration) bool 
 	if p == nil {
 		return false
 	}
-	head := upstreamHead{probe: true}
+	head := upstream.Head{Probe: true}
 	if n.Key != "" {
-		head.authorization = n.authorization()[0]
+		head.Authorization = n.authorization()[0]
 	}
-	// The same client as the chat requests (upstream.go): one HTTP stack
+	// The same client as the chat requests (package upstream): one HTTP stack
 	// to the nodes. Reading the answer to its end returns the connection.
-	resp, err := p.post(ctx, head, nil)
+	resp, err := p.Post(ctx, head, nil)
 	if err != nil {
 		return false
 	}
@@ -79,10 +81,10 @@ func (r *Relay) probe(ctx context.Context, n *Node, timeout time.Duration) bool 
 
 // probeFor returns the client of the node's health URL, made on first use
 // (nil for a URL it cannot serve).
-func (r *Relay) probeFor(n *Node) *h1Pool {
+func (r *Relay) probeFor(n *Node) *upstream.Pool {
 	n.probeOnce.Do(func() {
-		if p, err := newH1Pool(n.HealthURL, r.dialer); err == nil {
-			p.maxIdle = 2
+		if p, err := upstream.NewPool(n.HealthURL, r.dialer); err == nil {
+			p.SetMaxIdle(2)
 			n.probePool.Store(p)
 		}
 	})

@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Health probes go through the nodes' own client (upstream.go), as chat
+// Health probes go through the nodes' own client (package upstream), as chat
 // requests do: a GET of the health URL with the node's key, over a kept
 // connection, and a non-2xx answer (llama.cpp's 503 while loading) is a
 // failed probe.

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/storefail"
+	"github.com/tollgate/tollgate/upstream"
 )
 
 // Options bound a request's time (CONTRACT.md "Streams", SPEC.md "Limits").
@@ -151,11 +152,11 @@ func (r *Relay) Close() {
 	}
 }
 
-// h1For returns the node's client (upstream.go), made on first use; nil
+// h1For returns the node's client (package upstream), made on first use; nil
 // only for a node URL it cannot serve (the config allows none).
-func (r *Relay) h1For(n *Node) *h1Pool {
+func (r *Relay) h1For(n *Node) *upstream.Pool {
 	n.h1Once.Do(func() {
-		if p, err := newH1Pool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
+		if p, err := upstream.NewPool(n.BaseURL+"/chat/completions", r.dialer); err == nil {
 			n.h1.Store(p)
 		}
 	})
@@ -183,10 +184,10 @@ func (r *Relay) SetCatalog(c *Catalog) {
 			continue
 		}
 		if p := n.h1.Load(); p != nil {
-			p.closeIdle()
+			p.CloseIdle()
 		}
 		if p := n.probePool.Load(); p != nil {
-			p.closeIdle()
+			p.CloseIdle()
 		}
 		if n.kv != nil {
 			n.kv.Close()
@@ -499,11 +500,11 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 		if h1 == nil {
 			return nil, fmt.Errorf("node %s: URL %q is not http or https", x.node.Name, x.node.BaseURL)
 		}
-		head := upstreamHead{requestID: x.call.RequestID, traceparent: x.traceparent}
+		head := upstream.Head{RequestID: x.call.RequestID, Traceparent: x.traceparent}
 		if x.node.Key != "" {
-			head.authorization = x.node.authorization()[0]
+			head.Authorization = x.node.authorization()[0]
 		}
-		resp, err := h1.post(ctx, head, x.body)
+		resp, err := h1.Post(ctx, head, x.body)
 		x.call.UpstreamTime = x.r.now().Sub(start)
 		if err == nil {
 			return resp, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -249,12 +248,8 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	x := sr.x
 	ctx, cancel := context.WithCancelCause(req.Context())
 	defer cancel(nil)
-	s := &streamer{x: x, w: w, rc: *http.NewResponseController(w)}
 	now := x.r.now()
-	s.lastWrite.Store(now.UnixNano())
-	s.lastUpstream.Store(now.UnixNano())
-	s.endBy = now.UnixNano() + int64(x.r.opts.StreamTotal)
-	s.startWatchdog(cancel)
+	s := x.startStreamer(w, cancel)
 	defer s.stopWatchdog()
 
 	ss := &searchStream{sr: sr, s: s, prog: x.progress()}
@@ -324,10 +319,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	if !x.streamOutcome(clientGone, failure) {
 		return nil
 	}
-	if !s.committed {
-		s.commit()
-	}
-	out := make([]byte, 0, 1024)
+	out := make([]byte, 0, 1024) // the closing chunks
 	data := func(chunk []byte) { out = openai.AppendData(out, chunk) }
 	if failure == nil {
 		if anns := sr.annotations(sr.content.String()); anns != nil {
@@ -344,14 +336,7 @@ func (sr *searchRequest) stream(w http.ResponseWriter, req *http.Request) error 
 	}
 	usage := append(append([]byte(nil), ss.head...), `"choices":[],"usage":`...)
 	usage = sr.appendUsage(usage, u, cost)
-	data(append(usage, '}'))
-	out = x.appendStreamEnd(out, failure)
-	h := s.w.Header()
-	h.Set("X-Tollgate-Cost", cost.String())
-	if u.Estimated {
-		h.Set("X-Tollgate-Usage-Estimated", "true")
-	}
-	_, _ = s.w.Write(out)
+	s.end(out, append(usage, '}'), failure, u, &cost)
 	return nil
 }
 
@@ -436,32 +421,15 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 	norm.Reset(x.completionID(), x.model.ID, x.node.Flavour)
 	t = &turn{}
 	calls := map[int]*toolCall{}
-	var failure, readErr error
-	done, started := false, false
-	for {
-		ev, err := er.Next()
-		if err != nil {
-			readErr = err
-			break
-		}
-		now := x.r.now().UnixNano()
-		s.lastUpstream.Store(now)
-		out, err := norm.Event(ev)
-		if errors.Is(err, openai.ErrDone) {
-			done = true
-			break
-		}
-		if err != nil {
-			failure = err
-			break
-		}
+	started := false
+	rd := s.readEvents(er, &norm, func(out []byte, now int64) bool {
 		if out == nil {
 			ss.noteProgress(&norm, now) // a usage chunk: the call's usage as its end counts it
-			continue
+			return true
 		}
 		var ch streamChunk
 		if json.Unmarshal(out, &ch) != nil {
-			continue
+			return true
 		}
 		gone := false
 		for _, c := range ch.Choices {
@@ -508,26 +476,23 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 			}
 		}
 		if gone {
-			break // the client is gone
+			return false // the client is gone
 		}
 		ss.noteProgress(&norm, now)
-	}
+		return true
+	})
+	failure := rd.failure
 	clientGone := req.Context().Err() != nil || s.writeErr != nil
-	served := failure == nil && (done || (errors.Is(readErr, io.EOF) && norm.SawFinish()))
+	served := failure == nil && rd.finished(&norm)
 	if !served && failure == nil && !clientGone {
 		if cause := context.Cause(ctx); cause != nil {
 			failure = cause
 		} else {
-			failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Err: readErr,
+			failure = &tollgate.Error{Code: tollgate.CodeUpstreamError, Err: rd.readErr,
 				Message: "the backend closed the stream before it finished"}
 		}
 	}
-	switch {
-	case served:
-		x.upstreamOK()
-	case failure != nil && !clientGone:
-		x.upstreamFailed()
-	}
+	x.streamHealth(served, failure, clientGone)
 	t.usage = sr.callUsage(&norm, served)
 	if !served {
 		if failure == nil {
@@ -553,15 +518,7 @@ func (ss *searchStream) call(ctx context.Context, req *http.Request, offered boo
 // served, the prompt estimate and the completion tokens counted from what
 // it delivered; else nothing.
 func (sr *searchRequest) callUsage(norm *openai.StreamNormalizer, served bool) openai.Usage {
-	u, reported := norm.Usage()
-	switch {
-	case reported:
-	case norm.DeliveredBytes() > 0 || served:
-		u = norm.FinalUsage(sr.promptEstimate())
-	default:
-		u = openai.Usage{}
-	}
-	return u.Normalize()
+	return streamUsage(norm, served, sr.promptEstimate()).Normalize()
 }
 
 // noteProgress records the request's charge so far in the charge journal

@@ -1,4 +1,4 @@
-package relay
+package upstream
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// A lean HTTP/1.1 response reader for h1Pool. http.ReadResponse builds a
+// A lean HTTP/1.1 response reader for Pool. http.ReadResponse builds a
 // full MIME header (a map entry and a canonicalised key per field), a
 // chunked reader, a LimitReader and a body wrapper: about 14 allocations
 // per answer, on the path of every request. The gateway looks at three
@@ -40,7 +40,7 @@ const (
 var (
 	// errClosedBeforeAnswer is a connection that ended before the first byte
 	// of an answer: on a pooled connection, the server had closed it while
-	// idle. It wraps io.EOF so that post retries it.
+	// idle. It wraps io.EOF so that Post retries it.
 	errClosedBeforeAnswer = fmt.Errorf("upstream closed the connection before answering: %w", io.EOF)
 
 	errStatusLine       = errors.New("malformed status line")
@@ -176,7 +176,7 @@ type head struct {
 // body; the caller attaches the connection to it (exchange).
 //
 // An end of input before the answer's first byte is errClosedBeforeAnswer
-// (it wraps io.EOF; post does not send the request again: the server may
+// (it wraps io.EOF; Post does not send the request again: the server may
 // have run it). Anywhere later in the header, an end of input is
 // io.ErrUnexpectedEOF.
 // Read errors come back as they are.
@@ -572,7 +572,7 @@ type h1Body struct {
 
 	// The connection, nil in tests that read from a bytes.Reader.
 	c     *h1Conn
-	p     *h1Pool
+	p     *Pool
 	stop  func() bool // the cancel hook's stop: true if it had not fired
 	reuse bool
 	done  bool // the connection was handed back or closed

@@ -1,4 +1,10 @@
-package relay
+// Package upstream is the gateway's HTTP/1.1 client for model servers: a pool of
+// keep-alive connections per URL, on which the calling goroutine writes a
+// request and reads its answer itself, and a lean response reader that
+// keeps only what the gateway uses (status, Content-Type, framing). A
+// request written whole is never sent again: the server may be running it.
+// relay uses it for chat requests and health probes.
+package upstream
 
 import (
 	"bufio"
@@ -18,16 +24,15 @@ import (
 	"time"
 )
 
-// h1Pool is the relay's HTTP/1.1 client, for every node, http and https:
-// the request's own goroutine writes the request and reads the answer on a
-// pooled keep-alive connection, where net/http's transport hands each
-// exchange to two goroutines of its own. That hand-off is a large part of
-// what a hop costs on loopback (docs/performance.md, "The HTTP server and
-// the upstream client": net/http's Transport cost 26-33% more CPU a
-// request). Answers are parsed by readResponse (response.go), a lean reader
+// Pool is the client for one URL, http or https: the request's own
+// goroutine writes the request and reads the answer on a pooled keep-alive
+// connection, where net/http's transport hands each exchange to two
+// goroutines of its own. That hand-off is a large part of what a hop costs
+// on loopback (docs/performance.md, "The HTTP server and the upstream
+// client"). Answers are parsed by readResponse (response.go), a lean reader
 // that keeps only what the gateway uses. An https node gets TLS (ALPN
 // http/1.1: no HTTP/2 upstream).
-type h1Pool struct {
+type Pool struct {
 	host    string      // host:port to dial
 	hostHdr string      // Host header
 	path    string      // request path, e.g. /v1/chat/completions
@@ -41,6 +46,13 @@ type h1Pool struct {
 	dials atomic.Int64 // connections opened, for tests and benchmarks
 }
 
+// SetMaxIdle bounds how many idle connections p keeps (1024 unless set);
+// set it before p's first use.
+func (p *Pool) SetMaxIdle(n int) { p.maxIdle = n }
+
+// Dials is how many connections p has opened.
+func (p *Pool) Dials() int64 { return p.dials.Load() }
+
 type h1Conn struct {
 	c      net.Conn
 	fd     int     // c's socket descriptor, for alive; -1 if c is not one
@@ -52,13 +64,13 @@ type h1Conn struct {
 	bufs   [2][]byte // head and body, for one writev
 }
 
-// upstreamHead is what varies in a request's head; the rest is the same on
+// Head is what varies in a request's head; the rest is the same on
 // every request to a node (POST path, Host, JSON in, JSON or SSE out).
-type upstreamHead struct {
-	requestID     string // X-Request-Id
-	authorization string // the whole Authorization value; "" sends none
-	traceparent   string // W3C trace context of the backend call's span; "" sends none
-	probe         bool   // a GET without a body (health probes) instead of the POST
+type Head struct {
+	RequestID     string // X-Request-Id
+	Authorization string // the whole Authorization value; "" sends none
+	Traceparent   string // W3C trace context of the backend call's span; "" sends none
+	Probe         bool   // a GET without a body (health probes) instead of the POST
 }
 
 // maxIdle is how long a pooled connection is kept: below the 5 s keep-alive
@@ -66,22 +78,24 @@ type upstreamHead struct {
 // out a connection the server is closing (get checks each one anyway).
 const maxIdleTime = 4 * time.Second
 
-// upstreamRootCAs are the roots an https node's certificate must chain to;
+// rootCAs are the roots an https node's certificate must chain to;
 // nil: the system's. (Tests set their own.)
-var upstreamRootCAs *x509.CertPool
+var rootCAs *x509.CertPool
 
-func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
+// NewPool returns the client for rawURL (http or https), dialling with
+// dialer.
+func NewPool(rawURL string, dialer *net.Dialer) (*Pool, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	p := &h1Pool{hostHdr: u.Host, path: u.RequestURI(), dialer: dialer, maxIdle: 1024}
+	p := &Pool{hostHdr: u.Host, path: u.RequestURI(), dialer: dialer, maxIdle: 1024}
 	port := "80"
 	switch u.Scheme {
 	case "http":
 	case "https":
 		port = "443"
-		p.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, RootCAs: upstreamRootCAs,
+		p.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, RootCAs: rootCAs,
 			MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
 	default:
 		return nil, fmt.Errorf("node URL %q: want http or https", rawURL)
@@ -96,7 +110,7 @@ func newH1Pool(rawURL string, dialer *net.Dialer) (*h1Pool, error) {
 // get returns the most recently used pooled connection that is still open
 // (alive: one the server closed while it was pooled is dropped before
 // anything is written to it), or a new one.
-func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
+func (p *Pool) get(ctx context.Context) (*h1Conn, error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -126,7 +140,7 @@ func (p *h1Pool) get(ctx context.Context) (*h1Conn, error) {
 }
 
 // dial opens a new connection.
-func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
+func (p *Pool) dial(ctx context.Context) (*h1Conn, error) {
 	nc, err := p.dialer.DialContext(ctx, "tcp", p.host)
 	if err != nil {
 		return nil, err
@@ -152,7 +166,7 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	return c, nil
 }
 
-func (p *h1Pool) put(c *h1Conn) {
+func (p *Pool) put(c *h1Conn) {
 	c.idleAt = time.Now()
 	p.mu.Lock()
 	if len(p.idle) < p.maxIdle {
@@ -164,8 +178,8 @@ func (p *h1Pool) put(c *h1Conn) {
 	c.c.Close()
 }
 
-// closeIdle closes every pooled connection.
-func (p *h1Pool) closeIdle() {
+// CloseIdle closes every pooled connection.
+func (p *Pool) CloseIdle() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
@@ -175,7 +189,7 @@ func (p *h1Pool) closeIdle() {
 	}
 }
 
-// post sends one POST and returns the answer. The body reads from the
+// Post sends one POST (or, for a probe Head, one GET) and returns the answer. The body reads from the
 // connection; reading it to the end returns the connection to the pool,
 // closing it early discards the connection.
 //
@@ -187,8 +201,8 @@ func (p *h1Pool) closeIdle() {
 // returned, even before any byte of an answer: the server may have been
 // running it (a vLLM answers a non-streamed request only when it is done),
 // and sending it again would run it twice, on this node or, if this one now
-// refuses connections, on another (CONTRACT.md: no resend once sent).
-func (p *h1Pool) post(ctx context.Context, header upstreamHead, body []byte) (*http.Response, error) {
+// refuses connections, on another: no request is sent again once sent.
+func (p *Pool) Post(ctx context.Context, header Head, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		get := p.get
 		if attempt > 0 {
@@ -226,13 +240,13 @@ func retryable(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, body []byte) (*http.Response, error) {
+func (p *Pool) exchange(ctx context.Context, c *h1Conn, header Head, body []byte) (*http.Response, error) {
 	// A cancelled context unblocks any read or write on the connection.
 	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
 	// The head goes into the connection's own buffer (one exchange at a
 	// time uses a connection): no allocation a request.
 	var head []byte
-	if header.probe {
+	if header.Probe {
 		head = append(c.head[:0], "GET "...)
 		head = append(head, p.path...)
 		head = append(head, " HTTP/1.1\r\nHost: "...)
@@ -246,17 +260,17 @@ func (p *h1Pool) exchange(ctx context.Context, c *h1Conn, header upstreamHead, b
 		head = append(head, "\r\nUser-Agent: tollgate\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: "...)
 		head = strconv.AppendInt(head, int64(len(body)), 10)
 	}
-	if header.requestID != "" {
+	if header.RequestID != "" {
 		head = append(head, "\r\nX-Request-Id: "...)
-		head = append(head, header.requestID...)
+		head = append(head, header.RequestID...)
 	}
-	if header.traceparent != "" {
+	if header.Traceparent != "" {
 		head = append(head, "\r\nTraceparent: "...)
-		head = append(head, header.traceparent...)
+		head = append(head, header.Traceparent...)
 	}
-	if header.authorization != "" {
+	if header.Authorization != "" {
 		head = append(head, "\r\nAuthorization: "...)
-		head = append(head, header.authorization...)
+		head = append(head, header.Authorization...)
 	}
 	head = append(head, "\r\n\r\n"...)
 	c.head = head

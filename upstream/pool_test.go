@@ -1,4 +1,4 @@
-package relay
+package upstream
 
 import (
 	"bufio"
@@ -34,9 +34,9 @@ func testServer(t *testing.T, closeAfterAnswer bool) (addr string, conns *atomic
 	})
 }
 
-func post(t *testing.T, p *h1Pool, id string) string {
+func post(t *testing.T, p *Pool, id string) string {
 	t.Helper()
-	resp, err := p.post(context.Background(), upstreamHead{requestID: id, authorization: "Bearer k"}, []byte(`{"n":1}`))
+	resp, err := p.Post(context.Background(), Head{RequestID: id, Authorization: "Bearer k"}, []byte(`{"n":1}`))
 	if err != nil {
 		t.Fatalf("post %s: %v", id, err)
 	}
@@ -50,7 +50,7 @@ func post(t *testing.T, p *h1Pool, id string) string {
 
 func TestH1PoolReusesConnections(t *testing.T) {
 	addr, conns := testServer(t, false)
-	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
+	p, err := NewPool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestH1PoolReusesConnections(t *testing.T) {
 // A pooled connection the server closed is retried once on a new one.
 func TestH1PoolRetriesAConnectionTheServerClosed(t *testing.T) {
 	addr, conns := testServer(t, true)
-	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
+	p, err := NewPool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +93,14 @@ func TestH1PoolDoesNotResendARequestTheServerRead(t *testing.T) {
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		return true
 	})
-	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
-	resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+	p, _ := NewPool("http://"+addr+"/x", &net.Dialer{})
+	resp, err := p.Post(context.Background(), Head{}, []byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if _, err := p.post(context.Background(), upstreamHead{}, []byte("{}")); !errors.Is(err, io.EOF) {
+	if _, err := p.Post(context.Background(), Head{}, []byte("{}")); !errors.Is(err, io.EOF) {
 		t.Errorf("a request the server read and never answered: %v, want an end of input", err)
 	}
 	time.Sleep(20 * time.Millisecond) // a resend would have arrived by now
@@ -123,10 +123,10 @@ func TestH1PoolCancel(t *testing.T) {
 			io.Copy(io.Discard, c) // read forever, never answer
 		}
 	}()
-	p, _ := newH1Pool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
+	p, _ := NewPool("http://"+ln.Addr().String()+"/x", &net.Dialer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := p.post(ctx, upstreamHead{}, []byte("{}")); err == nil {
+	if _, err := p.Post(ctx, Head{}, []byte("{}")); err == nil {
 		t.Fatal("no error from a cancelled request")
 	}
 	if len(p.idle) != 0 {
@@ -145,9 +145,9 @@ func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
 		io.WriteString(c, "0\r\n\r\n")
 		return true
 	})
-	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
+	p, _ := NewPool("http://"+addr+"/x", &net.Dialer{})
 	for i := 0; i < 3; i++ {
-		resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+		resp, err := p.Post(context.Background(), Head{}, []byte("{}"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,14 +167,14 @@ func TestH1DrainReusesAfterLateTerminator(t *testing.T) {
 // to it and dropped, and the request goes out on a new connection.
 func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
 	addr, conns := testServer(t, true)
-	p, err := newH1Pool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
+	p, err := NewPool("http://"+addr+"/v1/chat/completions", &net.Dialer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Two requests at once leave two connections in the pool.
 	var bodies []io.ReadCloser
 	for i := 0; i < 2; i++ {
-		resp, err := p.post(context.Background(), upstreamHead{}, []byte(`{}`))
+		resp, err := p.Post(context.Background(), Head{}, []byte(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,24 +196,6 @@ func TestH1PoolRetryDialsWhenSeveralPooledAreDead(t *testing.T) {
 	post(t, p, "c")
 	if conns.Load() != 3 || p.dials.Load() != 3 {
 		t.Errorf("%d connections, %d dials; want 3: two dead ones dropped unwritten, one new", conns.Load(), p.dials.Load())
-	}
-}
-
-// Swapping the catalogue closes the idle connections of nodes it dropped.
-func TestSetCatalogClosesDroppedNodesIdleConnections(t *testing.T) {
-	addr, _ := testServer(t, false)
-	old := &Catalog{byID: map[string]*Model{}}
-	n := &Node{Name: "a", BaseURL: "http://" + addr + "/v1", Class: "network"}
-	old.Models = []*Model{{ID: "m", Backends: []*Backend{{Class: "network", Nodes: []*Node{n}}}}}
-	r := New(old, Options{}, Deps{})
-	p := r.h1For(n)
-	post(t, p, "x")
-	if len(p.idle) != 1 {
-		t.Fatalf("idle connections after one request: %d", len(p.idle))
-	}
-	r.SetCatalog(&Catalog{byID: map[string]*Model{}})
-	if len(p.idle) != 0 {
-		t.Fatalf("the dropped node kept %d idle connections", len(p.idle))
 	}
 }
 
@@ -281,9 +263,9 @@ func scriptedServer(t *testing.T, answers ...string) (addr string, conns *atomic
 func TestH1PoolDropsAConnectionWithBytesPastTheAnswer(t *testing.T) {
 	ok := "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfine"
 	addr, conns := scriptedServer(t, "HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale", ok)
-	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
+	p, _ := NewPool("http://"+addr+"/x", &net.Dialer{})
 	for i, want := range []string{"", "fine"} {
-		resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+		resp, err := p.Post(context.Background(), Head{}, []byte("{}"))
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -303,14 +285,14 @@ func TestH1PoolDropsAConnectionWithBytesPastTheAnswer(t *testing.T) {
 // TestH1PoolRetriesAConnectionTheServerClosed.)
 func TestH1PoolDoesNotRetryAfterPartOfAnAnswer(t *testing.T) {
 	addr, conns := scriptedServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "HTTP/1.1 200 O")
-	p, _ := newH1Pool("http://"+addr+"/x", &net.Dialer{})
-	resp, err := p.post(context.Background(), upstreamHead{}, []byte("{}"))
+	p, _ := NewPool("http://"+addr+"/x", &net.Dialer{})
+	resp, err := p.Post(context.Background(), Head{}, []byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if _, err := p.post(context.Background(), upstreamHead{}, []byte("{}")); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := p.Post(context.Background(), Head{}, []byte("{}")); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("half an answer: %v, want io.ErrUnexpectedEOF", err)
 	}
 	if conns.Load() != 1 {
@@ -338,10 +320,10 @@ func TestH1PoolTLS(t *testing.T) {
 	defer srv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	upstreamRootCAs = pool
-	defer func() { upstreamRootCAs = nil }()
+	rootCAs = pool
+	defer func() { rootCAs = nil }()
 
-	p, err := newH1Pool(srv.URL+"/v1/chat/completions", &net.Dialer{Timeout: 5 * time.Second})
+	p, err := NewPool(srv.URL+"/v1/chat/completions", &net.Dialer{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,9 +344,9 @@ func TestH1PoolTLS(t *testing.T) {
 	}
 
 	// A certificate that does not chain to the roots is refused.
-	upstreamRootCAs = x509.NewCertPool()
-	p2, _ := newH1Pool(srv.URL+"/v1/chat/completions", &net.Dialer{Timeout: 5 * time.Second})
-	if _, err := p2.post(context.Background(), upstreamHead{}, []byte("{}")); err == nil {
+	rootCAs = x509.NewCertPool()
+	p2, _ := NewPool(srv.URL+"/v1/chat/completions", &net.Dialer{Timeout: 5 * time.Second})
+	if _, err := p2.Post(context.Background(), Head{}, []byte("{}")); err == nil {
 		t.Fatal("an untrusted certificate was accepted")
 	}
 }

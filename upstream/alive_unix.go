@@ -1,6 +1,6 @@
 //go:build unix
 
-package relay
+package upstream
 
 import (
 	"errors"
@@ -13,12 +13,12 @@ import (
 // restart), an error, or bytes nobody asked for mean it cannot. A request is
 // written only to a connection that passed this, so a connection's failure
 // after the write is never taken for a stale one and the request is never
-// sent twice (CONTRACT.md: no resend once a request is sent).
+// sent twice.
 //
 // The read goes straight to the socket (its descriptor, taken at dial), not
 // through the runtime's poller: the connection is ours alone while pooled, a
 // non-blocking read never waits, and the wrapper cost a closure and its
-// allocation a request. About a µs on the VM measured (docs/performance.md).
+// allocation a request.
 func alive(c *h1Conn) bool {
 	if c.br.Buffered() > 0 {
 		return false

@@ -1,4 +1,4 @@
-package relay
+package upstream
 
 import (
 	"bufio"
@@ -385,7 +385,7 @@ func TestH1BodyConnection(t *testing.T) {
 	}
 	for i, c := range cases {
 		nc := &closeRecorder{}
-		p := &h1Pool{maxIdle: 4}
+		p := &Pool{maxIdle: 4}
 		conn := &h1Conn{c: nc, br: bufio.NewReader(strings.NewReader(c.raw))}
 		resp, b, err := readResponse(conn.br)
 		if err != nil {

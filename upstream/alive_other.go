@@ -1,6 +1,6 @@
 //go:build !unix
 
-package relay
+package upstream
 
 // alive cannot look at a socket without blocking here: a pooled connection
 // is taken as alive, and one the server closed fails its request with 502.
