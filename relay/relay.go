@@ -23,7 +23,7 @@ import (
 	"github.com/tollgate/tollgate/upstream"
 )
 
-// Options bound a request's time (CONTRACT.md "Streams", SPEC.md "Limits").
+// Options bound a request's time (docs/streams.md; docs/api.md, "Limits").
 type Options struct {
 	NonStreamTimeout time.Duration // 504 after this; default 5m
 	StreamTotal      time.Duration // a stream ends with an error event after this; default 30m
@@ -243,7 +243,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	needs := cr.Needs
 	webSearch := needs.Has(tollgate.CapWebSearch)
 	if webSearch && r.search == nil {
-		// Web search is served by tollgate itself (SPEC.md): without a
+		// Web search is served by tollgate itself (docs/api.md): without a
 		// search provider no model can take it.
 		return &tollgate.Error{Code: tollgate.CodeCapabilityNotSupported, Param: "web_search_options",
 			Message: "web search is not enabled on this service (no search provider is configured)"}

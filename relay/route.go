@@ -7,7 +7,7 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// checkCapabilities applies SPEC.md's capability rules before anything runs:
+// checkCapabilities applies the capability rules (docs/api.md) before anything runs:
 // a capability the model lacks is capability_not_supported naming the field;
 // capabilities that exist only on different backends are
 // capability_combination_unsupported. It returns the backends able to serve.

@@ -17,7 +17,7 @@ import (
 	"github.com/tollgate/tollgate/search"
 )
 
-// Web search is served by tollgate, not by the model (SPEC.md item 6): the
+// Web search is served by tollgate, not by the model (docs/api.md, "Web search"): the
 // model is offered a search function, tollgate runs the searches it asks
 // for, feeds the results back and calls the same backend again until the
 // model answers without searching. docs/api.md "Web search" is the client's
