@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/tollgate/tollgate/internal/browsertest"
-	"github.com/tollgate/tollgate/internal/syncbuf"
 )
 
 // `tollgate demo` takes payments as a newcomer would try them, in a real
@@ -26,30 +23,7 @@ import (
 // TOLLGATE_TEST_BROWSER is set; then a missing Chromium fails it.
 func TestDemoPaymentsInBrowser(t *testing.T) {
 	browserPath := browsertest.Path(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut) }()
-	defer func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("demo exited %d: %s", code, errOut.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("demo did not stop")
-		}
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), "Ctrl-C stops it.") {
-		if time.Now().After(deadline) {
-			t.Fatalf("demo did not start: %s %s", out.String(), errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	text := out.String()
+	text := startDemo(t)
 	invite := regexp.MustCompile(`set its password once at (\S+)`).FindStringSubmatch(text)
 	payURL := regexp.MustCompile(`Add credit at (\S+/console/payments)`).FindStringSubmatch(text)
 	if invite == nil || payURL == nil {

@@ -24,30 +24,7 @@ import (
 // listener it prints serves /metrics and the operator console, which the
 // printed admin token signs in to.
 func TestDemoServesWebSearchAndMetrics(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut) }()
-	defer func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("demo exited %d: %s", code, errOut.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("demo did not stop")
-		}
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), "Ctrl-C stops it.") {
-		if time.Now().After(deadline) {
-			t.Fatalf("demo did not start: %s %s", out.String(), errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	text := out.String()
+	text := startDemo(t)
 	base := regexp.MustCompile(`export OPENAI_BASE_URL=(\S+)`).FindStringSubmatch(text)
 	key := regexp.MustCompile(`export OPENAI_API_KEY=(\S+)`).FindStringSubmatch(text)
 	metrics := regexp.MustCompile(`(http://\S+/metrics)`).FindStringSubmatch(text)
@@ -221,4 +198,35 @@ func TestDemoNodesTakeTheCatalogueContext(t *testing.T) {
 	if checked < 8 {
 		t.Errorf("checked %d servers of the demo catalogue, want every one (8)", checked)
 	}
+}
+
+// startDemo runs `tollgate demo` in a temporary directory on a free port
+// until the test ends (checking that it then exits cleanly) and returns
+// what it printed once it serves.
+func startDemo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"demo", "--dir", dir, "--listen", "127.0.0.1:0"}, &out, &errOut) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("demo exited %d: %s", code, errOut.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("demo did not stop")
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), "Ctrl-C stops it.") {
+		if time.Now().After(deadline) {
+			t.Fatalf("demo did not start: %s %s", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return out.String()
 }
