@@ -76,19 +76,27 @@ func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
 // ?payment= is where the provider's page sends the holder back: that
 // payment's state, refreshed while it is pending.
 func (c *Console) paymentsPage(w http.ResponseWriter, r *http.Request) error {
+	// The payment the page returns to is read before the list: a credit
+	// that lands between the two reads then shows as pending above a
+	// credited row, and the page refreshes, rather than as credited above
+	// a stale pending row that no refresh corrects.
+	q := r.URL.Query()
+	var shown *tollgate.Payment
+	if id := q.Get("payment"); id != "" {
+		p, err := c.o.Payments.Payment(r.Context(), id)
+		if err != nil || p.AccountID != current(r).account.ID {
+			return tollgate.Errorf(tollgate.CodeNotFound, "there is no payment %s", id)
+		}
+		shown = &p
+	}
 	d, err := c.paymentsData(r)
 	if err != nil {
 		return err
 	}
 	v := c.accountView(r, "Payments", "payments")
 	v.Data = d
-	q := r.URL.Query()
-	if id := q.Get("payment"); id != "" {
-		p, err := c.o.Payments.Payment(r.Context(), id)
-		if err != nil || p.AccountID != current(r).account.ID {
-			return tollgate.Errorf(tollgate.CodeNotFound, "there is no payment %s", id)
-		}
-		d.Payment, d.Canceled = &p, q.Get("canceled") != ""
+	if p := shown; p != nil {
+		d.Payment, d.Canceled = p, q.Get("canceled") != ""
 		if p.Status == tollgate.PaymentPending && !d.Canceled {
 			v.Refresh = "2"
 		}

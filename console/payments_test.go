@@ -207,7 +207,9 @@ func TestDeclinedTopUpShows(t *testing.T) {
 	if err := st.SaveCard(ctx, e.acct.ID, "cus_act", "pm_act", now); err != nil {
 		t.Fatal(err)
 	}
-	on := tollgate.AutoTopUp{AccountID: e.acct.ID, Enabled: true, Threshold: tollgate.Dollars(5), Amount: tollgate.Dollars(20), Updated: now}
+	// A threshold above the balance: the top-up is due, so the claim
+	// (which checks that under the account's lock) is granted.
+	on := tollgate.AutoTopUp{AccountID: e.acct.ID, Enabled: true, Threshold: tollgate.Dollars(1000), Amount: tollgate.Dollars(20), Updated: now}
 	if err := st.SetAutoTopUp(ctx, on); err != nil {
 		t.Fatal(err)
 	}
