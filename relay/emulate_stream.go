@@ -89,23 +89,10 @@ func (x *exchange) streamN(w http.ResponseWriter, req *http.Request, n int) erro
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if failure != nil && !s.committed && !clientGone {
-		x.call.Outcome = "failed"
+	return s.settleEnd(x, &legs[0].norm, u, served, clientGone, failure, func(err error) error {
 		w.Header().Del(emulatedHeader) // an error, not an answer served so
-		return x.transportError(ctx, req, failure)
-	}
-	cost, lost, err := x.settleStream(u, served)
-	if err != nil {
-		return err
-	}
-	if lost != nil && !s.committed && !clientGone {
-		x.call.Outcome = "failed"
-		return lost
-	}
-	if x.streamOutcome(clientGone, failure) {
-		s.endSettled(&legs[0].norm, u, cost, failure, lost)
-	}
-	return nil
+		return x.transportError(ctx, req, err)
+	})
 }
 
 // errLegFailed ends the other streams of a request when one failed.

@@ -139,10 +139,18 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.settleEnd(x, norm, u, served, clientGone, failure, func(err error) error { return err })
+}
+
+// settleEnd settles a stream that has ended and writes its end, with s.mu
+// held. A failure before anything reached the client is answered as a
+// plain HTTP error (early turns it into the error to return), clearer
+// than a stream; so is a charge that could be neither written nor kept.
+func (s *streamer) settleEnd(x *exchange, norm *openai.StreamNormalizer, u openai.Usage, served, clientGone bool,
+	failure error, early func(error) error) error {
 	if failure != nil && !s.committed && !clientGone {
-		// Nothing reached the client yet: a plain HTTP error is clearer than a stream.
 		x.call.Outcome = "failed"
-		return failure
+		return early(failure)
 	}
 	cost, lost, err := x.settleStream(u, served)
 	if err != nil {
@@ -152,10 +160,9 @@ func (x *exchange) stream(w http.ResponseWriter, req *http.Request) error {
 		x.call.Outcome = "failed"
 		return lost
 	}
-	if !x.streamOutcome(clientGone, failure) {
-		return nil
+	if x.streamOutcome(clientGone, failure) {
+		s.endSettled(norm, u, cost, failure, lost)
 	}
-	s.endSettled(norm, u, cost, failure, lost)
 	return nil
 }
 
