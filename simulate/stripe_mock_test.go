@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -13,25 +11,9 @@ import (
 
 	"github.com/stripe/stripe-go/v82"
 
+	"github.com/tollgate/tollgate/internal/stripetest"
 	"github.com/tollgate/tollgate/simulate"
 )
-
-// stripeMockURL is stripe-mock's URL from TOLLGATE_TEST_STRIPE_MOCK (CI
-// starts one). Without it the test skips; with it, a stripe-mock that does
-// not answer fails the test.
-func stripeMockURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("TOLLGATE_TEST_STRIPE_MOCK")
-	if u == "" {
-		t.Skip("TOLLGATE_TEST_STRIPE_MOCK is not set (go install github.com/stripe/stripe-mock@v0.203.0 and run it)")
-	}
-	resp, err := http.Get(u + "/v1/charges")
-	if err != nil {
-		t.Fatalf("TOLLGATE_TEST_STRIPE_MOCK=%s is set but stripe-mock does not answer: %v", u, err)
-	}
-	resp.Body.Close()
-	return u
-}
 
 // The same stripe-go calls made to stripe-mock (Stripe's own server,
 // answering from Stripe's OpenAPI fixtures) and to the simulator: stripe-mock
@@ -39,7 +21,7 @@ func stripeMockURL(t *testing.T) string {
 // refuse), and every field the simulator answers exists in Stripe's object
 // with the same kind of value (so no field is made up or mistyped).
 func TestStripeShapesAgainstStripeMock(t *testing.T) {
-	mock := stripeClient(stripeMockURL(t), "sk_test_123")
+	mock := stripeClient(stripetest.URL(t), "sk_test_123")
 	env := newStripeEnv(t, simulate.StripeConfig{})
 	sim := env.sc
 	ctx := context.Background()
