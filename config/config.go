@@ -245,6 +245,10 @@ type Backend struct {
 	// sent again within it (default 10m).
 	PrefixIndexTokens int64    `yaml:"prefix_index_tokens"`
 	PrefixTTL         Duration `yaml:"prefix_ttl"`
+	// LoadPoll is how often each vllm or sglang node's /metrics is read
+	// for its load, which routing then uses instead of this instance's
+	// own count (docs/config.md#routing); Off (the default) reads none.
+	LoadPoll Duration `yaml:"load_poll"`
 }
 
 // Routing policies of a network backend.
@@ -257,6 +261,10 @@ const (
 	// DefaultRouting is the policy of a backend that does not name one
 	// (docs/decisions.md: measured in docs/performance.md).
 	DefaultRouting = RoutingPrefixCache
+	// DefaultLoadPoll is load_poll's default (Off: the nodes' /metrics
+	// are not read), and MinLoadPoll the shortest interval allowed.
+	DefaultLoadPoll = Off
+	MinLoadPoll     = 50 * time.Millisecond
 	// DefaultPrefixMargin is prefix_margin's default.
 	DefaultPrefixMargin = 6
 )
@@ -683,6 +691,12 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		if b.PrefixTTL < 0 {
 			bad(key+".prefix_ttl", "want a duration such as \"10m\"")
 		}
+		switch {
+		case b.LoadPoll == 0:
+			b.LoadPoll = DefaultLoadPoll
+		case b.LoadPoll != Off && b.LoadPoll < Duration(MinLoadPoll):
+			bad(key+".load_poll", "want %s or more, or \"off\"", MinLoadPoll)
+		}
 	case tollgate.ClassFallback:
 		if len(b.Nodes) != 0 {
 			bad(key+".nodes", "a fallback backend is one upstream: use url, key_env and flavour instead of nodes")
@@ -697,7 +711,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		if b.MaxConcurrent < 0 {
 			bad(key+".max_concurrent", "must not be negative")
 		}
-		if b.Routing != "" || b.PrefixMargin != nil || b.PrefixIndexTokens != 0 || b.PrefixTTL != 0 {
+		if b.Routing != "" || b.PrefixMargin != nil || b.PrefixIndexTokens != 0 || b.PrefixTTL != 0 || b.LoadPoll != 0 {
 			bad(key+".routing", "routing and the prefix_* keys belong to a network backend (a fallback is one upstream)")
 		}
 		k := resolveKey(key+".key_env", b.KeyEnv)

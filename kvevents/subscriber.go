@@ -70,6 +70,7 @@ type Subscriber struct {
 	lastSeq int64 // -1: nothing received yet
 
 	batches, replayed, lost, restarts atomic.Int64
+	events                            [AllBlocksCleared + 1]atomic.Int64 // applied, by Kind
 }
 
 // Stats count what a Subscriber received.
@@ -78,8 +79,10 @@ type Stats struct {
 	Replayed int64 // of which replayed after a gap
 	Lost     int64 // gaps that could not be replayed (the index was emptied)
 	Restarts int64 // the node's sequence started again (the index was emptied)
-	Blocks   int   // blocks held now
-	Bytes    int64 // their memory, an estimate
+	// Events applied, by kind.
+	Stored, Removed, Cleared int64
+	Blocks                   int   // blocks held now
+	Bytes                    int64 // their memory, an estimate
 }
 
 // Subscribe starts following a node's events.
@@ -153,7 +156,8 @@ func (s *Subscriber) Sent(now int64) {
 func (s *Subscriber) Stats() Stats {
 	b, bytes := s.index.Size()
 	return Stats{Batches: s.batches.Load(), Replayed: s.replayed.Load(), Lost: s.lost.Load(),
-		Restarts: s.restarts.Load(), Blocks: b, Bytes: bytes}
+		Restarts: s.restarts.Load(), Stored: s.events[BlockStored].Load(), Removed: s.events[BlockRemoved].Load(),
+		Cleared: s.events[AllBlocksCleared].Load(), Blocks: b, Bytes: bytes}
 }
 
 func (s *Subscriber) run(ctx context.Context) {
@@ -221,6 +225,11 @@ func (s *Subscriber) apply(payload []byte) {
 		return
 	}
 	s.index.Apply(b.Events)
+	for i := range b.Events {
+		if k := b.Events[i].Kind; int(k) < len(s.events) {
+			s.events[k].Add(1)
+		}
+	}
 	s.batches.Add(1)
 	s.pending.Store(0)
 	s.heard.Store(true)

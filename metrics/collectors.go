@@ -15,6 +15,12 @@ type NodeStat struct {
 	MaxConcurrent int64 // 0: unlimited
 	Failures      int64 // failed requests and probes counted against the node, since start
 	TakenOut      int64 // times the node was taken out of rotation (probe or outlier), since start
+	// Polled: the node's load is read from its /metrics (load_poll);
+	// Reported is its last fresh report (running + waiting; -1: none),
+	// PollFailures the polls that gave no report.
+	Polled       bool
+	Reported     int64
+	PollFailures int64
 }
 
 // NodeSource lists the nodes of the catalogue in force (relay.Relay).
@@ -34,13 +40,15 @@ var (
 	descNodeMax = prometheus.NewDesc(Namespace+"_node_max_concurrent", "The node's max_concurrent (0: unlimited).", nodeLabels, nil)
 	descNodeErr = prometheus.NewDesc(Namespace+"_node_failures_total", "Failed requests and health probes counted against the node.", nodeLabels, nil)
 	descNodeEj  = prometheus.NewDesc(Namespace+"_node_taken_out_total", "Times the node was taken out of rotation (failed probes, failures on real requests).", nodeLabels, nil)
+	descNodeRep = prometheus.NewDesc(Namespace+"_node_reported_requests", "Requests the node reports running and waiting on its /metrics (load_poll), while its report is fresh.", nodeLabels, nil)
+	descNodePF  = prometheus.NewDesc(Namespace+"_node_load_poll_failures_total", "Polls of the node's /metrics (load_poll) that gave no report.", nodeLabels, nil)
 )
 
 // NodeCollector reads the nodes at scrape time.
 type NodeCollector struct{ Source NodeSource }
 
 func (c NodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descNodeOut, descNodeMax, descNodeErr, descNodeEj} {
+	for _, d := range []*prometheus.Desc{descNodeUp, descNodeOut, descNodeMax, descNodeErr, descNodeEj, descNodeRep, descNodePF} {
 		ch <- d
 	}
 }
@@ -60,6 +68,13 @@ func (c NodeCollector) Collect(ch chan<- prometheus.Metric) {
 			m.MaxConcurrent += n.MaxConcurrent
 			m.Failures += n.Failures
 			m.TakenOut += n.TakenOut
+			m.PollFailures += n.PollFailures
+			if n.Polled {
+				m.Polled = true
+				if n.Reported >= 0 {
+					m.Reported = max(m.Reported, 0) + n.Reported
+				}
+			}
 			continue
 		}
 		n := n
@@ -77,6 +92,12 @@ func (c NodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNodeMax, prometheus.GaugeValue, float64(n.MaxConcurrent), n.Name, n.Class)
 		ch <- prometheus.MustNewConstMetric(descNodeErr, prometheus.CounterValue, float64(n.Failures), n.Name, n.Class)
 		ch <- prometheus.MustNewConstMetric(descNodeEj, prometheus.CounterValue, float64(n.TakenOut), n.Name, n.Class)
+		if n.Polled {
+			if n.Reported >= 0 {
+				ch <- prometheus.MustNewConstMetric(descNodeRep, prometheus.GaugeValue, float64(n.Reported), n.Name, n.Class)
+			}
+			ch <- prometheus.MustNewConstMetric(descNodePF, prometheus.CounterValue, float64(n.PollFailures), n.Name, n.Class)
+		}
 	}
 }
 
@@ -133,6 +154,16 @@ type PrefixStat struct {
 	Hits, Fallbacks, Misses     int64 // requests routed by prefix_cache, by outcome
 	PromptBlocks, MatchedBlocks int64 // their prompts' blocks, and those the chosen node held
 	IndexBlocks, IndexBytes     int64 // the nodes' prefix indexes now
+	// The nodes' KV-cache events (kv_events): events applied by kind;
+	// batches applied, of which replayed after a gap; gaps that could not
+	// be replayed; restarts of a node's numbering; the nodes publishing,
+	// and of those judged by their events now (the rest by the index);
+	// the events' indexes now.
+	EventsStored, EventsRemoved, EventsCleared int64
+	EventBatches, EventReplayed                int64
+	EventLost, EventRestarts                   int64
+	EventNodes, EventsLive                     int
+	EventBlocks, EventBytes                    int64
 }
 
 // PrefixSource reports prefix-cache routing (relay.Relay).
@@ -145,13 +176,22 @@ var (
 	descPrefixBlocks  = prometheus.NewDesc(Namespace+"_prefix_blocks_total", "Blocks of those requests' prompts (kind prompt) and those the chosen node held (kind matched): matched / prompt is the matched share.", []string{"kind"}, nil)
 	descPrefixIndex   = prometheus.NewDesc(Namespace+"_prefix_index_blocks", "Blocks held by the nodes' prefix indexes now.", nil, nil)
 	descPrefixIndexMB = prometheus.NewDesc(Namespace+"_prefix_index_bytes", "Memory of the nodes' prefix indexes now (an estimate).", nil, nil)
+
+	descEvents       = prometheus.NewDesc(Namespace+"_prefix_events_total", "KV-cache events applied from the nodes (kv_events), by kind: block_stored, block_removed, all_blocks_cleared.", []string{"kind"}, nil)
+	descEventBatches = prometheus.NewDesc(Namespace+"_prefix_event_batches_total", "Batches of KV-cache events applied (kind received), and of those the ones asked for again after a gap (kind replayed).", []string{"kind"}, nil)
+	descEventLost    = prometheus.NewDesc(Namespace+"_prefix_event_gaps_lost_total", "Gaps in a node's KV-cache events that could not be replayed (its view was emptied).", nil, nil)
+	descEventRestart = prometheus.NewDesc(Namespace+"_prefix_event_restarts_total", "Times a node's KV-cache event numbering started again (restarted; its view was emptied).", nil, nil)
+	descEventNodes   = prometheus.NewDesc(Namespace+"_prefix_event_nodes", "Nodes with kv_events, by what routing judges them by now: events (heard and trusted), or index (not heard yet, silent, after a lost gap, or never matching).", []string{"judged_by"}, nil)
+	descEventIndex   = prometheus.NewDesc(Namespace+"_prefix_event_index_blocks", "Blocks held by the nodes' KV-cache event indexes now.", nil, nil)
+	descEventIndexMB = prometheus.NewDesc(Namespace+"_prefix_event_index_bytes", "Memory of the nodes' KV-cache event indexes now (an estimate).", nil, nil)
 )
 
 // PrefixCollector reads prefix routing's counters at scrape time.
 type PrefixCollector struct{ Source PrefixSource }
 
 func (c PrefixCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPrefixRouted, descPrefixBlocks, descPrefixIndex, descPrefixIndexMB} {
+	for _, d := range []*prometheus.Desc{descPrefixRouted, descPrefixBlocks, descPrefixIndex, descPrefixIndexMB,
+		descEvents, descEventBatches, descEventLost, descEventRestart, descEventNodes, descEventIndex, descEventIndexMB} {
 		ch <- d
 	}
 }
@@ -165,6 +205,23 @@ func (c PrefixCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPrefixBlocks, prometheus.CounterValue, float64(s.MatchedBlocks), "matched")
 	ch <- prometheus.MustNewConstMetric(descPrefixIndex, prometheus.GaugeValue, float64(s.IndexBlocks))
 	ch <- prometheus.MustNewConstMetric(descPrefixIndexMB, prometheus.GaugeValue, float64(s.IndexBytes))
+	if s.EventNodes == 0 {
+		return // no node publishes: no event series
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descEvents, s.EventsStored, "block_stored")
+	counter(descEvents, s.EventsRemoved, "block_removed")
+	counter(descEvents, s.EventsCleared, "all_blocks_cleared")
+	counter(descEventBatches, s.EventBatches, "received")
+	counter(descEventBatches, s.EventReplayed, "replayed")
+	counter(descEventLost, s.EventLost)
+	counter(descEventRestart, s.EventRestarts)
+	ch <- prometheus.MustNewConstMetric(descEventNodes, prometheus.GaugeValue, float64(s.EventsLive), "events")
+	ch <- prometheus.MustNewConstMetric(descEventNodes, prometheus.GaugeValue, float64(s.EventNodes-s.EventsLive), "index")
+	ch <- prometheus.MustNewConstMetric(descEventIndex, prometheus.GaugeValue, float64(s.EventBlocks))
+	ch <- prometheus.MustNewConstMetric(descEventIndexMB, prometheus.GaugeValue, float64(s.EventBytes))
 }
 
 var descStoreErrors = prometheus.NewDesc(Namespace+"_store_errors_total",

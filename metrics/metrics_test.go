@@ -42,10 +42,13 @@ func scrape(t *testing.T, m *Metrics) string {
 
 func TestObserveRequest(t *testing.T) {
 	m := New(Build{Version: "v1.2.3", Commit: "abc", GoVersion: "go1.26"})
-	m.Registry.MustRegister(NodeCollector{nodes{{Name: "gpu-a", Class: "network", Healthy: true, Outstanding: 3, MaxConcurrent: 8, Failures: 2, TakenOut: 1},
+	m.Registry.MustRegister(NodeCollector{nodes{{Name: "gpu-a", Class: "network", Healthy: true, Outstanding: 3, MaxConcurrent: 8, Failures: 2, TakenOut: 1,
+		Polled: true, Reported: 9, PollFailures: 4}, {Name: "gpu-b", Class: "network", Healthy: true, Reported: -1},
 		{Name: "fallback", Class: "fallback", Healthy: true, Outstanding: 2}, {Name: "fallback", Class: "fallback", Healthy: false, Outstanding: 5}}},
 		BillingCollector{bill{Holds: 5, Refused: 1, Batches: 2, Writing: 3 * time.Millisecond, UncollectedAmount: 1_500_000_000_000}},
-		PrefixCollector{prefix{Hits: 7, Fallbacks: 2, Misses: 1, PromptBlocks: 100, MatchedBlocks: 60, IndexBlocks: 50, IndexBytes: 2400}})
+		PrefixCollector{prefix{Hits: 7, Fallbacks: 2, Misses: 1, PromptBlocks: 100, MatchedBlocks: 60, IndexBlocks: 50, IndexBytes: 2400,
+			EventsStored: 40, EventsRemoved: 12, EventsCleared: 1, EventBatches: 30, EventReplayed: 3, EventLost: 1, EventRestarts: 2,
+			EventNodes: 3, EventsLive: 2, EventBlocks: 70, EventBytes: 5040}})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Stream: true, Duration: 2 * time.Second,
 		TTFT: 300 * time.Millisecond, PromptTokens: 10, CompletionTokens: 20, CachedTokens: 4, CostUSD: 0.25, Searches: 1})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Duration: time.Second, PromptTokens: 1, CompletionTokens: 2})
@@ -80,6 +83,18 @@ func TestObserveRequest(t *testing.T) {
 		`tollgate_prefix_routed_total{outcome="fallback"} 2`,
 		`tollgate_prefix_blocks_total{kind="matched"} 60`,
 		`tollgate_prefix_index_bytes 2400`,
+		`tollgate_node_reported_requests{class="network",node="gpu-a"} 9`,
+		`tollgate_node_load_poll_failures_total{class="network",node="gpu-a"} 4`,
+		`tollgate_prefix_events_total{kind="block_stored"} 40`,
+		`tollgate_prefix_events_total{kind="block_removed"} 12`,
+		`tollgate_prefix_events_total{kind="all_blocks_cleared"} 1`,
+		`tollgate_prefix_event_batches_total{kind="received"} 30`,
+		`tollgate_prefix_event_batches_total{kind="replayed"} 3`,
+		`tollgate_prefix_event_gaps_lost_total 1`,
+		`tollgate_prefix_event_restarts_total 2`,
+		`tollgate_prefix_event_nodes{judged_by="events"} 2`,
+		`tollgate_prefix_event_nodes{judged_by="index"} 1`,
+		`tollgate_prefix_event_index_bytes 5040`,
 		`tollgate_billing_batch_write_seconds_total 0.003`,
 		`tollgate_billing_uncollected_usd_total 1.5`,
 		`tollgate_store_errors_total{kind="unavailable",operation="metrics_test.call"} 2`,
@@ -90,6 +105,9 @@ func TestObserveRequest(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("scrape lacks %q", want)
 		}
+	}
+	if strings.Contains(out, `node="gpu-b"} -1`) || strings.Contains(out, `tollgate_node_load_poll_failures_total{class="network",node="gpu-b"}`) {
+		t.Errorf("a node not polled has load poll series")
 	}
 	if strings.Contains(out, `="acct_`) || strings.Contains(out, `="key_`) || strings.Contains(out, `="req_`) {
 		t.Errorf("an account or key reached a label")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/kvevents"
+	"github.com/tollgate/tollgate/nodeload"
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/upstream"
 )
@@ -96,6 +97,10 @@ type Node struct {
 	kv                   *kvevents.Subscriber
 	kvEndpoint, kvReplay string
 	kvBlocks             int // the bound of kv's index
+	// poll reads the node's own report of its load every pollEvery
+	// (load_poll; nil: not polled), for routing (load.go).
+	poll      *nodeload.Poller
+	pollEvery time.Duration
 }
 
 // Dials is how many connections the node's client has opened for chat
@@ -188,7 +193,10 @@ type BackendSpec struct {
 	// (prefix_cache routing; 0: the defaults).
 	PrefixIndexTokens int64
 	PrefixTTL         time.Duration
-	Nodes             []NodeSpec
+	// LoadPoll is how often each vLLM or SGLang node's /metrics is read
+	// for its load (0: not read; load.go).
+	LoadPoll time.Duration
+	Nodes    []NodeSpec
 }
 
 // NodeSpec is one upstream server.
@@ -242,9 +250,13 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 				if healthURL == "" {
 					healthURL = defaultHealthURL(base, nc.Flavour)
 				}
+				var poll time.Duration
+				if pollsLoad(nc.Flavour) {
+					poll = bc.LoadPoll
+				}
 				n := nodes[key]
 				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL ||
-					n.kvEndpoint != nc.KVEvents || n.kvReplay != nc.KVEventsReplay) {
+					n.kvEndpoint != nc.KVEvents || n.kvReplay != nc.KVEventsReplay || n.pollEvery != poll) {
 					// Requests in flight read the previous node without a lock:
 					// changed settings make a new node instead of a write.
 					n = nil
@@ -258,6 +270,7 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 					n.MaxConcurrent = nc.MaxConcurrent
 					n.Flavour = nc.Flavour
 					n.HealthURL = healthURL
+					n.pollEvery = max(n.pollEvery, poll)
 				}
 				if b.Routing == RoutingPrefixCache {
 					n.prefix.configure(bc.PrefixIndexTokens, bc.PrefixTTL)

@@ -116,6 +116,8 @@ type PrefixStats struct {
 	// The nodes' batches: applied, of which replayed after a gap; gaps
 	// that could not be replayed; restarts of a node's numbering.
 	EventBatches, EventReplayed, EventLost, EventRestarts int64
+	// Events applied, by kind.
+	EventsStored, EventsRemoved, EventsCleared int64
 }
 
 // PrefixStats returns the counters of prefix routing and the index sizes.
@@ -136,6 +138,9 @@ func (r *Relay) PrefixStats() PrefixStats {
 			s.EventReplayed += st.Replayed
 			s.EventLost += st.Lost
 			s.EventRestarts += st.Restarts
+			s.EventsStored += st.Stored
+			s.EventsRemoved += st.Removed
+			s.EventsCleared += st.Cleared
 			if _, live := n.kv.Match(nil, r.now().UnixNano()); live {
 				s.EventsLive++
 			}
@@ -365,5 +370,8 @@ func (x *exchange) retryRoute(pr *prefixRoute) *prefixRoute {
 func (r *Relay) PrefixMetrics() metrics.PrefixStat {
 	s := r.PrefixStats()
 	return metrics.PrefixStat{Hits: s.Hits, Fallbacks: s.Fallbacks, Misses: s.Misses, PromptBlocks: s.PromptBlocks,
-		MatchedBlocks: s.MatchedBlocks, IndexBlocks: s.IndexBlocks, IndexBytes: s.IndexBytes}
+		MatchedBlocks: s.MatchedBlocks, IndexBlocks: s.IndexBlocks, IndexBytes: s.IndexBytes,
+		EventsStored: s.EventsStored, EventsRemoved: s.EventsRemoved, EventsCleared: s.EventsCleared,
+		EventBatches: s.EventBatches, EventReplayed: s.EventReplayed, EventLost: s.EventLost, EventRestarts: s.EventRestarts,
+		EventNodes: s.EventNodes, EventsLive: s.EventsLive, EventBlocks: s.EventBlocks, EventBytes: s.EventBytes}
 }

@@ -122,6 +122,7 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r.startEvents(cat)
+	r.startPolls(cat)
 	r.catalog.Store(cat)
 	return r
 }
@@ -148,6 +149,9 @@ func (r *Relay) Close() {
 			if n.kv != nil {
 				n.kv.Close()
 			}
+			if n.poll != nil {
+				n.poll.Close()
+			}
 		}
 	}
 }
@@ -169,6 +173,7 @@ func (r *Relay) Catalog() *Catalog { return r.catalog.Load() }
 // SetCatalog swaps the catalogue (config reload). Requests in flight keep theirs.
 func (r *Relay) SetCatalog(c *Catalog) {
 	r.startEvents(c)
+	r.startPolls(c)
 	old := r.catalog.Swap(c)
 	if old == nil {
 		return
@@ -191,6 +196,9 @@ func (r *Relay) SetCatalog(c *Catalog) {
 		}
 		if n.kv != nil {
 			n.kv.Close()
+		}
+		if n.poll != nil {
+			n.poll.Close()
 		}
 	}
 }

@@ -63,7 +63,7 @@ func (p *picker) pick(able []*Backend, class tollgate.BackendClass, exclude *Nod
 				if n == exclude || !n.Healthy() || n.ejectedAt(&now) {
 					continue
 				}
-				load := n.inflight.Load()
+				load := n.routeLoad() // own count, or the node's own report (load.go)
 				if n.MaxConcurrent > 0 && load >= n.MaxConcurrent {
 					continue
 				}

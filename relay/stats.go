@@ -13,14 +13,23 @@ func (r *Relay) NodeStats() []metrics.NodeStat {
 	nodes := r.catalog.Load().Nodes()
 	out := make([]metrics.NodeStat, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, metrics.NodeStat{
+		st := metrics.NodeStat{
 			Name: n.Name, Class: string(n.Class),
 			Healthy:       n.Healthy() && !n.Ejected(now),
 			Outstanding:   n.Inflight(),
 			MaxConcurrent: n.MaxConcurrent,
 			Failures:      n.failedTotal.Load(),
 			TakenOut:      n.takenOut.Load(),
-		})
+			Reported:      -1,
+		}
+		if n.poll != nil {
+			ps := n.poll.Stats()
+			st.Polled, st.PollFailures = true, ps.Failures
+			if ps.Live {
+				st.Reported = ps.Load
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/kvevents"
@@ -56,6 +57,8 @@ type gpu struct {
 	limit  int                      // blocks
 
 	hits, lookups, cachedTokens, promptTokens int64
+
+	waiting atomic.Int64 // requests waiting for a slot (metrics.go)
 
 	// events, when set, publishes the cache's changes as vLLM's KV-cache
 	// events (kvevents.go); sent under mu, so in the order they happen.
@@ -188,10 +191,13 @@ func (g *gpu) lookupAndInsert(req *chatRequest) int {
 func (g *gpu) admit(ctx context.Context, req *chatRequest, p *plan, beh *Behaviour, cachedSwitch bool) (release func(), ok bool) {
 	release = func() {}
 	if g.slots != nil {
+		g.waiting.Add(1)
 		select {
 		case g.slots <- struct{}{}:
+			g.waiting.Add(-1)
 			release = func() { <-g.slots }
 		case <-ctx.Done():
+			g.waiting.Add(-1)
 			return release, false
 		}
 	}

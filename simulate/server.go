@@ -199,6 +199,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/models" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", s.jsonType())
 		w.Write(s.modelList)
+	case s.metricsPath(path) && r.Method == http.MethodGet:
+		s.metrics(w)
 	case s.healthPath(path):
 		// vLLM and SGLang declare their health routes with FastAPI's
 		// @get, which answers HEAD 405; llama.cpp's HTTP library serves

@@ -98,7 +98,9 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	obsRounds := fs.Int("rounds", 6, "with --observability: rounds per kind of request")
 	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as 'tollgate serve' logs at level info) to this file; the default discards it")
 	workload := fs.String("workload", "", "instead of the serving phases: conversations through tollgate to simulated GPU nodes with prefix caches, once per routing policy; a comma list of multiturn, agent, unrelated, or all")
-	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared (prefix_cache+kv: prefix_cache with the nodes publishing KV-cache events, read through kv_events)")
+	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared; +kv: prefix_cache with the nodes publishing KV-cache events, read through kv_events; +load: tollgate reads each node's load from its /metrics (load_poll), max_concurrent undivided and --load-margin on every instance (prefix_cache+kv+load)")
+	wlLoadPoll := fs.Duration("load-poll", 250*time.Millisecond, "--workload: load_poll of the +load policies")
+	wlLoadMargin := fs.Int64("load-margin", -1, "--workload: prefix_margin of the +load policies, on one instance or several (-1: --prefix-margin)")
 	wlNodes := fs.Int("nodes", 4, "--workload: simulated GPU nodes")
 	wlSlots := fs.Int("node-slots", 16, "--workload: requests a node serves at once (its max_concurrent and the simulator's limit)")
 	wlCache := fs.Int("cache-tokens", 100_000, "--workload: each node's prefix cache, in tokens")
@@ -132,8 +134,8 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		}
 		pols := strings.Split(*policies, ",")
 		for _, p := range pols {
-			if p != config.RoutingRoundRobin && p != config.RoutingLeastOutstanding && p != config.RoutingPrefixCache && p != policyKV {
-				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding, prefix_cache or %s", p, policyKV)}
+			if _, ok := parsePolicy(p); !ok {
+				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding or prefix_cache, optionally with +kv (prefix_cache) and +load", p)}
 			}
 		}
 		switch *wlDisrupt {
@@ -155,11 +157,14 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		if *wlInstMargin < 0 {
 			*wlInstMargin = *wlMargin
 		}
+		if *wlLoadMargin < 0 {
+			*wlLoadMargin = *wlMargin
+		}
 		return c.runWorkloads(ctx, workloadOpts{mixes: mixes, policies: pols, nodes: max(1, *wlNodes), clients: max(1, *conc),
 			duration: *dur, tokens: *tokens, slots: *wlSlots, cacheTokens: *wlCache, prefillRate: *wlPrefill,
 			decodeRate: *wlDecode, margin: *wlMargin, seed: *wlSeed, think: *wlThink,
 			instances: *wlInstances, instanceMargin: *wlInstMargin,
-			store: *storeKind, disrupt: *wlDisrupt, window: *wlWindow})
+			store: *storeKind, disrupt: *wlDisrupt, window: *wlWindow, loadPoll: *wlLoadPoll, loadMargin: *wlLoadMargin})
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

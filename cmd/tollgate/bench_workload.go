@@ -50,11 +50,44 @@ type workloadOpts struct {
 	// then), "remove" removes it.
 	disrupt string
 	window  time.Duration // the cached share is also reported per window of this length
+	// loadPoll and loadMargin are load_poll and prefix_margin under the
+	// "+load" policies.
+	loadPoll   time.Duration
+	loadMargin int64
 }
 
-// policyKV is prefix_cache with the nodes publishing KV-cache events that
-// tollgate reads (kv_events), as a policy of its own in the comparison.
-const policyKV = "prefix_cache+kv"
+// A policy compared is a routing policy, with options as suffixes:
+// "+kv", the nodes publish KV-cache events that tollgate reads
+// (kv_events, prefix_cache only); "+load", tollgate reads each node's
+// load from its /metrics (load_poll), so every instance sees a node's
+// whole load: max_concurrent is then the node's, not divided among the
+// instances, and prefix_margin is one instance's (--prefix-margin).
+type benchPolicy struct {
+	routing  string
+	kv, load bool
+}
+
+// parsePolicy parses a --policies item.
+func parsePolicy(p string) (benchPolicy, bool) {
+	parts := strings.Split(p, "+")
+	bp := benchPolicy{routing: parts[0]}
+	switch bp.routing {
+	case config.RoutingRoundRobin, config.RoutingLeastOutstanding, config.RoutingPrefixCache:
+	default:
+		return bp, false
+	}
+	for _, o := range parts[1:] {
+		switch {
+		case o == "kv" && !bp.kv && bp.routing == config.RoutingPrefixCache:
+			bp.kv = true
+		case o == "load" && !bp.load:
+			bp.load = true
+		default:
+			return bp, false
+		}
+	}
+	return bp, true
+}
 
 // workloadResult is one policy on one mix.
 type workloadResult struct {
@@ -137,7 +170,7 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 	}
 	w.Flush()
 	for _, r := range all {
-		if r.policy != config.RoutingPrefixCache && r.policy != policyKV {
+		if bp, _ := parsePolicy(r.policy); bp.routing != config.RoutingPrefixCache {
 			continue
 		}
 		p := r.prefix
@@ -178,7 +211,7 @@ type gpuGateway struct {
 	pubs   []*kvevents.Publisher
 	secret string // an API key
 	dir    string
-	policy string
+	policy benchPolicy
 	o      workloadOpts
 	k      int // instances
 }
@@ -205,7 +238,11 @@ func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (*gpuGa
 // startGPUFleet starts o.nodes simulated vLLM nodes (publishing KV-cache
 // events under policyKV) and k tollgate instances on one store.
 func startGPUFleet(ctx context.Context, o workloadOpts, policy string, k int) (g *gpuGateway, err error) {
-	g = &gpuGateway{policy: policy, o: o, k: max(k, 1)}
+	bp, ok := parsePolicy(policy)
+	if !ok {
+		return nil, fmt.Errorf("policy %q: unknown", policy)
+	}
+	g = &gpuGateway{policy: bp, o: o, k: max(k, 1)}
 	defer func() {
 		if err != nil {
 			g.close()
@@ -220,7 +257,7 @@ func startGPUFleet(ctx context.Context, o workloadOpts, policy string, k int) (g
 			return g, err
 		}
 		g.sims = append(g.sims, s)
-		if policy == policyKV {
+		if bp.kv {
 			p, err := s.PublishKVEvents("tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
 			if err != nil {
 				return g, err
@@ -273,10 +310,16 @@ func (g *gpuGateway) writeConfig(n int) (string, error) {
 	if g.k > 1 {
 		margin = o.instanceMargin
 	}
+	loadPoll := ""
+	if g.policy.load {
+		// Each instance sees the node's whole load (docs/config.md#routing).
+		slots, margin = int64(o.slots), o.loadMargin
+		loadPoll = fmt.Sprintf("        load_poll: %s\n", o.loadPoll)
+	}
 	var nodes strings.Builder
 	for i, s := range g.sims[:n] {
 		kv := ""
-		if g.policy == policyKV {
+		if g.policy.kv {
 			kv = fmt.Sprintf(", kv_events: %q, kv_events_replay: %q", g.pubs[i].PubAddr(), g.pubs[i].ReplayAddr())
 		}
 		fmt.Fprintf(&nodes, "          - {name: gpu%d, url: \"%s/v1\", flavour: vllm, max_concurrent: %d%s}\n", i, s.URL(), slots, kv)
@@ -284,10 +327,6 @@ func (g *gpuGateway) writeConfig(n int) (string, error) {
 	store := "store:\n  sqlite: bench.db\n"
 	if o.store == "postgres" {
 		store = "store:\n  postgres_url_env: TOLLGATE_TEST_POSTGRES\n"
-	}
-	routing := g.policy
-	if routing == policyKV {
-		routing = config.RoutingPrefixCache
 	}
 	cfgText := fmt.Sprintf(`listen:
   api: 127.0.0.1:0
@@ -308,8 +347,8 @@ models:
         routing: %s
         prefix_margin: %d
         prefix_index_tokens: %d
-        nodes:
-%s`, store, routing, margin, o.cacheTokens, nodes.String())
+%s        nodes:
+%s`, store, g.policy.routing, margin, o.cacheTokens, loadPoll, nodes.String())
 	path := filepath.Join(g.dir, "tollgate.yaml")
 	return path, os.WriteFile(path, []byte(cfgText), 0o644)
 }

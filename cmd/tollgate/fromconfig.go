@@ -25,6 +25,9 @@ func catalogSpec(cfg *config.Config) relay.CatalogSpec {
 			if bc.PrefixMargin != nil {
 				b.PrefixMargin = *bc.PrefixMargin
 			}
+			if bc.LoadPoll > 0 {
+				b.LoadPoll = bc.LoadPoll.D()
+			}
 			for _, nc := range bc.Nodes {
 				b.Nodes = append(b.Nodes, relay.NodeSpec{Name: nc.Name, URL: nc.URL, Key: nc.Key, Flavour: nc.Flavour,
 					MaxConcurrent: nc.MaxConcurrent, HealthURL: nc.HealthURL, KVEvents: nc.KVEvents, KVEventsReplay: nc.KVEventsReplay})
