@@ -265,8 +265,12 @@ const (
 	// are not read), and MinLoadPoll the shortest interval allowed.
 	DefaultLoadPoll = Off
 	MinLoadPoll     = 50 * time.Millisecond
-	// DefaultPrefixMargin is prefix_margin's default.
-	DefaultPrefixMargin = 6
+	// DefaultPrefixMargin is prefix_margin's default, and
+	// DefaultLoadPollMargin its default with load_poll: the nodes' reports
+	// are up to a poll old, and instances routing by them need room for
+	// that (docs/decisions.md).
+	DefaultPrefixMargin   = 6
+	DefaultLoadPollMargin = 8
 )
 
 // Rates are decimal strings in USD per 1M tokens (at most 6 decimals).
@@ -679,8 +683,17 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		default:
 			bad(key+".routing", "%q is not a routing policy (prefix_cache, least_outstanding, round_robin)", b.Routing)
 		}
+		switch {
+		case b.LoadPoll == 0:
+			b.LoadPoll = DefaultLoadPoll
+		case b.LoadPoll != Off && b.LoadPoll < Duration(MinLoadPoll):
+			bad(key+".load_poll", "want %s or more, or \"off\"", MinLoadPoll)
+		}
 		if b.PrefixMargin == nil {
 			d := int64(DefaultPrefixMargin)
+			if b.LoadPoll > 0 {
+				d = DefaultLoadPollMargin
+			}
 			b.PrefixMargin = &d
 		} else if *b.PrefixMargin < 0 {
 			bad(key+".prefix_margin", "must not be negative")
@@ -691,12 +704,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		if b.PrefixTTL < 0 {
 			bad(key+".prefix_ttl", "want a duration such as \"10m\"")
 		}
-		switch {
-		case b.LoadPoll == 0:
-			b.LoadPoll = DefaultLoadPoll
-		case b.LoadPoll != Off && b.LoadPoll < Duration(MinLoadPoll):
-			bad(key+".load_poll", "want %s or more, or \"off\"", MinLoadPoll)
-		}
+
 	case tollgate.ClassFallback:
 		if len(b.Nodes) != 0 {
 			bad(key+".nodes", "a fallback backend is one upstream: use url, key_env and flavour instead of nodes")
@@ -712,7 +720,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 			bad(key+".max_concurrent", "must not be negative")
 		}
 		if b.Routing != "" || b.PrefixMargin != nil || b.PrefixIndexTokens != 0 || b.PrefixTTL != 0 || b.LoadPoll != 0 {
-			bad(key+".routing", "routing and the prefix_* keys belong to a network backend (a fallback is one upstream)")
+			bad(key+".routing", "routing, load_poll and the prefix_* keys belong to a network backend (a fallback is one upstream)")
 		}
 		k := resolveKey(key+".key_env", b.KeyEnv)
 		// A fallback is modelled as a one-node pool so routing treats both classes alike.

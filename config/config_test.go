@@ -396,11 +396,39 @@ func TestRoutingDefaultsAndValidation(t *testing.T) {
 		{"routing: sticky", `backends[0].routing: "sticky" is not a routing policy`},
 		{"prefix_margin: -1", `backends[0].prefix_margin: must not be negative`},
 		{"prefix_index_tokens: -5", `backends[0].prefix_index_tokens: must not be negative`},
+		{"load_poll: 10ms", `backends[0].load_poll: want 50ms or more, or "off"`},
+		{"load_poll: soon", `backends[0].load_poll: "soon" is not a duration`},
 	} {
 		text := strings.Replace(minimal, "        capabilities: [tools]\n", "        capabilities: [tools]\n        "+c.add+"\n", 1)
 		if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.add, err, c.want)
 		}
+	}
+	// load_poll: off by default; on, prefix_margin's default is its own.
+	if b.LoadPoll != Off {
+		t.Fatalf("load_poll %v by default, want off", b.LoadPoll)
+	}
+	for _, lp := range []struct {
+		add    string
+		poll   time.Duration
+		margin int64
+	}{
+		{"load_poll: 100ms", 100 * time.Millisecond, DefaultLoadPollMargin},
+		{"load_poll: 100ms\n        prefix_margin: 5", 100 * time.Millisecond, 5},
+		{"load_poll: \"off\"", -1, DefaultPrefixMargin},
+	} {
+		text := strings.Replace(minimal, "        capabilities: [tools]\n", "        capabilities: [tools]\n        "+lp.add+"\n", 1)
+		c, err := Parse([]byte(text), ".", e)
+		if err != nil {
+			t.Fatalf("%s: %v", lp.add, err)
+		}
+		if b := c.Models[0].Backends[0]; b.LoadPoll.D() != lp.poll || *b.PrefixMargin != lp.margin {
+			t.Errorf("%s: load_poll %v, prefix_margin %d; want %v, %d", lp.add, b.LoadPoll.D(), *b.PrefixMargin, lp.poll, lp.margin)
+		}
+	}
+	text = strings.Replace(minimal, "        flavour: openrouter\n", "        flavour: openrouter\n        load_poll: 1s\n", 1)
+	if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), "backends[1].routing") {
+		t.Errorf("load_poll on a fallback: %v", err)
 	}
 	text = strings.Replace(minimal, "        flavour: openrouter\n", "        flavour: openrouter\n        routing: prefix_cache\n", 1)
 	if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), "backends[1].routing") {

@@ -99,8 +99,8 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as 'tollgate serve' logs at level info) to this file; the default discards it")
 	workload := fs.String("workload", "", "instead of the serving phases: conversations through tollgate to simulated GPU nodes with prefix caches, once per routing policy; a comma list of multiturn, agent, unrelated, or all")
 	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared; +kv: prefix_cache with the nodes publishing KV-cache events, read through kv_events; +load: tollgate reads each node's load from its /metrics (load_poll), max_concurrent undivided and --load-margin on every instance (prefix_cache+kv+load)")
-	wlLoadPoll := fs.Duration("load-poll", 250*time.Millisecond, "--workload: load_poll of the +load policies")
-	wlLoadMargin := fs.Int64("load-margin", -1, "--workload: prefix_margin of the +load policies, on one instance or several (-1: --prefix-margin)")
+	wlLoadPoll := fs.Duration("load-poll", 100*time.Millisecond, "--workload: load_poll of the +load policies")
+	wlLoadMargin := fs.Int64("load-margin", config.DefaultLoadPollMargin, "--workload: prefix_margin of the +load policies, on one instance or several")
 	wlNodes := fs.Int("nodes", 4, "--workload: simulated GPU nodes")
 	wlSlots := fs.Int("node-slots", 16, "--workload: requests a node serves at once (its max_concurrent and the simulator's limit)")
 	wlCache := fs.Int("cache-tokens", 100_000, "--workload: each node's prefix cache, in tokens")
@@ -156,9 +156,6 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		}
 		if *wlInstMargin < 0 {
 			*wlInstMargin = *wlMargin
-		}
-		if *wlLoadMargin < 0 {
-			*wlLoadMargin = *wlMargin
 		}
 		return c.runWorkloads(ctx, workloadOpts{mixes: mixes, policies: pols, nodes: max(1, *wlNodes), clients: max(1, *conc),
 			duration: *dur, tokens: *tokens, slots: *wlSlots, cacheTokens: *wlCache, prefillRate: *wlPrefill,

@@ -81,7 +81,7 @@ func docSpans(t *testing.T) ([]docSpan, map[string]string) {
 // SGLang, llama.cpp, Ollama).
 var externalFlags = []string{"api-key", "max-num-seqs", "parallel", "no-webui", "jinja", "no-jinja", "mmproj",
 	"reasoning-parser", "enable-force-include-usage", "enable-cache-report", "tool-call-parser", "enable-auto-tool-choice",
-	"kv-events-config"}
+	"kv-events-config", "enable-metrics"}
 
 // cliFlags runs `tollgate ARGS -h` and returns the flags its usage lists.
 func cliFlags(t *testing.T, args ...string) []string {
