@@ -90,3 +90,40 @@ func TestBenchCommandInstances(t *testing.T) {
 		t.Errorf("no windows in:\n%s", text)
 	}
 }
+
+// TestBenchCommandLoadPoll runs the +load policy (each instance reads the
+// nodes' /metrics) briefly on two instances: served from the nodes'
+// caches without errors; an unknown option is a usage error.
+func TestBenchCommandLoadPoll(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--workload", "multiturn", "--policies", "prefix_cache+kv+load",
+		"--nodes", "3", "--instances", "2", "--store", "sqlite", "--duration", "2s", "--concurrency", "6", "--think", "50ms",
+		"--prefill-tokens-per-sec", "200000", "--decode-tokens-per-sec", "2000", "--load-poll", "50ms"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	text := out.String()
+	rows := regexp.MustCompile(`multiturn +prefix_cache\+kv\+load +(\d) +(\d+) +(\d+) .* ([0-9.]+)% `).FindAllStringSubmatch(text, -1)
+	if len(rows) != 2 {
+		t.Fatalf("want rows for 1 and 2 instances, got %q in:\n%s", rows, text)
+	}
+	for _, r := range rows {
+		if r[2] == "0" || r[3] != "0" || r[4] == "0.0" {
+			t.Errorf("%s instance(s): %s requests, %s errors, %s%% cached:\n%s", r[1], r[2], r[3], r[4], text)
+		}
+	}
+	// Every instance polled every node, and their reports were in use.
+	for _, want := range []string{"load: 3 of 3 polled nodes reporting at the end", "load: 6 of 6 polled nodes reporting at the end"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %q in:\n%s", want, text)
+		}
+	}
+	for _, bad := range []string{"least_outstanding+kv", "prefix_cache+load+load", "prefix_cache+fast"} {
+		out.Reset()
+		errb.Reset()
+		if code := run(context.Background(), []string{"bench", "--workload", "multiturn", "--policies", bad}, &out, &errb); code != 2 ||
+			!strings.Contains(errb.String(), "--policies") {
+			t.Errorf("--policies %s: exit %d, stderr %q", bad, code, errb.String())
+		}
+	}
+}

@@ -61,7 +61,7 @@ type workloadOpts struct {
 // (kv_events, prefix_cache only); "+load", tollgate reads each node's
 // load from its /metrics (load_poll), so every instance sees a node's
 // whole load: max_concurrent is then the node's, not divided among the
-// instances, and prefix_margin is one instance's (--prefix-margin).
+// instances, and prefix_margin is --load-margin on one instance or several.
 type benchPolicy struct {
 	routing  string
 	kv, load bool
@@ -103,6 +103,9 @@ type workloadResult struct {
 	prefix       relay.PrefixStats
 	windows      []float64 // cached share in each window of the run
 	nodeBlocks   int64     // blocks the nodes' caches hold at the end
+	// With load_poll: the nodes' subscriptions reporting at the end, of
+	// all, and the polls that gave no report.
+	loadLive, loadPolled, loadFailures int64
 }
 
 func (r *workloadResult) cachedShare() float64 {
@@ -183,6 +186,9 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 		if p.EventNodes > 0 {
 			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; %d batches (%d replayed after a gap, %d gaps lost, %d restarts); their indexes %d blocks, %d KB (the nodes hold %d blocks, once per instance: %d)\n",
 				p.EventsLive, p.EventNodes, p.EventBatches, p.EventReplayed, p.EventLost, p.EventRestarts, p.EventBlocks, p.EventBytes/1024, r.nodeBlocks, r.nodeBlocks*int64(r.instances))
+		}
+		if r.loadPolled > 0 {
+			fmt.Fprintf(c.stdout, "  load: %d of %d polled nodes reporting at the end, %d polls without a report\n", r.loadLive, r.loadPolled, r.loadFailures)
 		}
 	}
 	if o.window > 0 {
@@ -522,6 +528,15 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int)
 		res.prefix.EventReplayed += p.EventReplayed
 		res.prefix.EventLost += p.EventLost
 		res.prefix.EventRestarts += p.EventRestarts
+		for _, n := range m.Relay.NodeStats() {
+			if n.Polled {
+				res.loadPolled++
+				res.loadFailures += n.PollFailures
+				if n.Reported >= 0 {
+					res.loadLive++
+				}
+			}
+		}
 	}
 	return res, nil
 }
