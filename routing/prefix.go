@@ -75,13 +75,12 @@ type Request[B Backend[N], N Member] struct {
 
 // prefixCand is an able node of a prefix-routed backend.
 type prefixCand[B Backend[N], N Member] struct {
-	b      B
-	n      N
-	margin int64 // the backend's PrefixMargin
-	load   int64
-	rank   uint64 // rendezvous score for the conversation
-	held   int    // bytes of the messages beyond the opening the node holds (0: none)
-	local  int    // blocks of hashes this instance's index holds on it
+	b     B
+	n     N
+	load  int64
+	rank  uint64 // rendezvous score for the conversation
+	held  int    // bytes of the messages beyond the opening the node holds (0: none)
+	local int    // blocks of hashes this instance's index holds on it
 }
 
 // prefixCounters count prefix routing decisions (see PrefixStats).
@@ -270,7 +269,7 @@ func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 		return
 	}
 	n := m.State()
-	c := prefixCand[B, N]{b: b, n: m, margin: pol.PrefixMargin, load: load, rank: rendezvous(pr.conv, n.routeID)}
+	c := prefixCand[B, N]{b: b, n: m, load: load, rank: rendezvous(pr.conv, n.routeID)}
 	c.local = n.prefix.match(pr.hashes, pr.now)
 	held := c.local * PrefixBlockBytes
 	if n.kv != nil && pr.keys != nil {
@@ -303,7 +302,7 @@ func (pr *Request[B, N]) choose(least N, leastB B, leastLoad int64) (B, N) {
 	var home, most *prefixCand[B, N]
 	for i := range pr.cands {
 		c := &pr.cands[i]
-		if c.load > leastLoad+c.margin {
+		if c.load > leastLoad+c.b.Policy().PrefixMargin {
 			if c.held > 0 {
 				pr.fellBack = true
 			}
