@@ -111,7 +111,7 @@ func newEnvStore(t testing.TB, o Options, st testStore) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(con)
+	srv := httptest.NewServer(routes(con))
 	t.Cleanup(srv.Close)
 	e := &env{st: st, opts: o, con: con, srv: srv, clock: clk, cat: cat}
 	e.acct, e.key = e.newAccount(t, "alice", "10")
@@ -132,7 +132,7 @@ func (e *env) restart(t testing.TB, st Store, log *slog.Logger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(con)
+	srv := httptest.NewServer(routes(con))
 	t.Cleanup(srv.Close)
 	e.con, e.srv = con, srv
 }
@@ -653,7 +653,7 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 // port could plant) is not read.
 func TestHostCookiesOverTLS(t *testing.T) {
 	e := newEnv(t, Options{})
-	srv := httptest.NewTLSServer(e.con)
+	srv := httptest.NewTLSServer(routes(e.con))
 	t.Cleanup(srv.Close)
 	e.srv = srv
 	b := e.browser(t)

@@ -256,7 +256,7 @@ func (m *Main) Open(ctx context.Context) error {
 		}
 		metricsHandler = m.Metrics.Handler()
 	}
-	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.paymentsAdmin(), m.Log), op, metricsHandler, cfg.AdminToken)
+	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.paymentsAdmin(), m.Log), op, m.Payments, metricsHandler, cfg.AdminToken)
 	if err := listen("admin", cfg.Listen.Admin, m.Server.Handler(admin)); err != nil {
 		m.Close(ctx)
 		return err
