@@ -144,24 +144,42 @@ const catchUpEvery = time.Second
 func (b *Biller) catchUp(ctx context.Context) {
 	timer := time.NewTimer(catchUpEvery)
 	defer timer.Stop()
+	var lastBack time.Time
 	for {
 		back := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.storeBack:
-			back = true
+			back, lastBack = true, time.Now()
 		case <-timer.C:
 		}
 		next := catchUpEvery
-		if back || b.kept() {
+		failing := b.storeFailing.Load()
+		if back || failing || b.kept() {
 			pass, cancel := context.WithTimeout(ctx, journalPass)
-			if _, done := b.CatchUp(pass); !done && !b.storeFailing.Load() {
-				next = b.opts.Sweep
+			n, done := b.CatchUp(pass)
+			switch {
+			case done:
+			case n > 0:
+				next = 0 // progress: the rest may go in now
+			case b.storeFailing.Load() && time.Since(lastBack) < 2*time.Second:
+				// The store answered a moment ago: this failure is
+				// likely a connection the outage broke, which the
+				// driver drops; the next try takes another.
+				next = catchUpEvery / 10
+			case !b.storeFailing.Load():
+				next = b.opts.Sweep // the store answers, and refuses them
 			}
-			if back {
+			if back || failing {
+				// A dead instance's journal (one killed during the
+				// outage) goes in now too; while the store is away,
+				// one call per journal finds out (and, once one
+				// succeeds, signals storeBack).
 				if _, err := b.RecoverJournals(pass); err != nil && ctx.Err() == nil {
-					b.log.Error("apply dead instances' charge journals", "err", err)
+					if _, outage := storefail.Op(err); !outage {
+						b.log.Error("apply dead instances' charge journals", "err", err)
+					}
 				}
 			}
 			cancel()

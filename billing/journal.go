@@ -461,7 +461,9 @@ func (b *Biller) recoverJournal(ctx context.Context, path string) (int, error) {
 			r.op.Recovered = true
 			ops[i] = r.op
 		}
-		if err := b.st.ApplyBilling(ctx, ops); storefail.Unavailable(err) {
+		err := b.st.ApplyBilling(ctx, ops)
+		b.storeAnswered(err)
+		if storefail.Unavailable(err) {
 			// The store is away: everything left waits for the next pass
 			// (a record applied meanwhile is recognised by its hold id).
 			return applied, storefail.Wrap("billing_recover",
