@@ -11,27 +11,9 @@ import (
 	"github.com/tollgate/tollgate/upstream"
 )
 
-// A node's load as routing sees it. Each tollgate instance counts only
-// the requests it sent, so behind a load balancer each sees a share of a
-// node's queue and moves conversations off a queueing node later, and
-// differently, than another instance. With load_poll, every instance
-// polls the node's own /metrics (its running and waiting requests; off
-// the request path, package nodeload) and routes by that report plus its
-// own requests sent or ended since: the same load on every instance, to
-// within a poll. Without a fresh report (not polled, /metrics absent or
-// failing, or older than three polls) the node's load is this instance's
-// own count, as before.
-
-// routeLoad is the node's load for the picker: its reported load when
-// polled and fresh, else this instance's requests in flight to it.
-func (n *Node) routeLoad() int64 {
-	own := n.inflight.Load()
-	if p := n.poll; p != nil {
-		load, _ := p.Load(own)
-		return load
-	}
-	return own
-}
+// load_poll's HTTP side: each polled node's /metrics is read through the
+// same client as its chat requests (package upstream); routing keeps the
+// reports (routing/load.go).
 
 // pollsLoad reports whether a node of this flavour serves a /metrics that
 // nodeload reads (vLLM and SGLang; SGLang with --enable-metrics).
@@ -43,13 +25,13 @@ func metricsURL(base string) string { return strings.TrimSuffix(base, "/v1") + "
 
 // startPolls starts polling the load of the catalogue's nodes that want it
 // and have no poller yet (before the catalogue is in force: requests read
-// Node.poll without a lock).
+// the poller without a lock).
 func (r *Relay) startPolls(c *Catalog) {
 	if c == nil {
 		return
 	}
 	for _, n := range c.Nodes() {
-		if n.pollEvery <= 0 || n.poll != nil {
+		if _, polled := n.LoadStats(); polled || n.LoadPoll() <= 0 {
 			continue
 		}
 		pool, err := upstream.NewPool(metricsURL(n.BaseURL), r.dialer)
@@ -61,10 +43,8 @@ func (r *Relay) startPolls(c *Catalog) {
 		if n.Key != "" {
 			head.Authorization = n.authorization()[0]
 		}
-		n.poll = nodeload.Start(nodeload.Options{
-			Interval: n.pollEvery,
-			Own:      n.inflight.Load,
-			Log:      r.log.With("node", n.Name),
+		n.StartLoadPoll(nodeload.Options{
+			Log: r.log.With("node", n.Name),
 			Fetch: func(ctx context.Context) ([]byte, error) {
 				resp, err := pool.Post(ctx, head, nil)
 				if err != nil {
