@@ -65,6 +65,7 @@ func TestParse(t *testing.T) {
 		{"no labels, no kv", "vllm:num_requests_waiting 3\n", true, Report{Waiting: 3, KVUsage: -1}},
 		{"another server", "llamacpp:requests_processing 2\nprocess_open_fds 12.0\n", false, Report{KVUsage: -1}},
 		{"garbage", "vllm:num_requests_running{engine=\"0\" 3.0\nvllm:num_requests_waiting NaN\n{}\n", false, Report{KVUsage: -1}},
+		{"not counts", "vllm:num_requests_running +Inf\nvllm:num_requests_waiting -2.0\nvllm:num_requests_waiting 4.0\n", true, Report{Waiting: 4, KVUsage: -1}},
 		{"empty", "", false, Report{KVUsage: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

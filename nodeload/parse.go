@@ -7,6 +7,7 @@ package nodeload
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 )
 
@@ -78,8 +79,8 @@ func Parse(text []byte) (r Report, ok bool) {
 			continue
 		}
 		v, err := strconv.ParseFloat(string(value), 64)
-		if err != nil || v != v { // NaN
-			continue
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > 1e9 {
+			continue // not a count a server could hold
 		}
 		k := key{g, replica(labels)}
 		if old, dup := vals[k]; !dup || v > old {
