@@ -20,11 +20,12 @@ type backend struct {
 	Class        tollgate.BackendClass
 	Routing      string
 	PrefixMargin int64
+	Instances    int64
 	Nodes        []*node
 }
 
 func (b *backend) Policy() Policy {
-	return Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin}
+	return Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin, Instances: b.Instances}
 }
 
 func (b *backend) Members() []*node { return b.Nodes }

@@ -25,6 +25,7 @@ func catalogSpec(cfg *config.Config) relay.CatalogSpec {
 			if bc.PrefixMargin != nil {
 				b.PrefixMargin = *bc.PrefixMargin
 			}
+			b.PrefixInstances = bc.PrefixInstances
 			if bc.LoadPoll > 0 {
 				b.LoadPoll = bc.LoadPoll.D()
 			}
