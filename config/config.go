@@ -249,10 +249,6 @@ type Backend struct {
 	// for its load, which routing then uses instead of this instance's
 	// own count (docs/config.md#routing); Off (the default) reads none.
 	LoadPoll Duration `yaml:"load_poll"`
-	// PrefixInstances is how many tollgate instances route to these
-	// nodes (default 1); with more, only the nodes' own KV-cache events
-	// move a conversation off its home (docs/config.md#several-instances).
-	PrefixInstances int64 `yaml:"prefix_instances"`
 }
 
 // Routing policies of a network backend.
@@ -705,12 +701,6 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		if b.PrefixIndexTokens < 0 {
 			bad(key+".prefix_index_tokens", "must not be negative")
 		}
-		switch {
-		case b.PrefixInstances == 0:
-			b.PrefixInstances = 1
-		case b.PrefixInstances < 0:
-			bad(key+".prefix_instances", "want 1 or more (the tollgate instances routing to these nodes)")
-		}
 		if b.PrefixTTL < 0 {
 			bad(key+".prefix_ttl", "want a duration such as \"10m\"")
 		}
@@ -729,7 +719,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		if b.MaxConcurrent < 0 {
 			bad(key+".max_concurrent", "must not be negative")
 		}
-		if b.Routing != "" || b.PrefixMargin != nil || b.PrefixIndexTokens != 0 || b.PrefixTTL != 0 || b.LoadPoll != 0 || b.PrefixInstances != 0 {
+		if b.Routing != "" || b.PrefixMargin != nil || b.PrefixIndexTokens != 0 || b.PrefixTTL != 0 || b.LoadPoll != 0 {
 			bad(key+".routing", "routing, load_poll and the prefix_* keys belong to a network backend (a fallback is one upstream)")
 		}
 		k := resolveKey(key+".key_env", b.KeyEnv)

@@ -397,20 +397,12 @@ func TestRoutingDefaultsAndValidation(t *testing.T) {
 		{"prefix_margin: -1", `backends[0].prefix_margin: must not be negative`},
 		{"prefix_index_tokens: -5", `backends[0].prefix_index_tokens: must not be negative`},
 		{"load_poll: 10ms", `backends[0].load_poll: want 50ms or more, or "off"`},
-		{"prefix_instances: -3", `backends[0].prefix_instances: want 1 or more`},
 		{"load_poll: soon", `backends[0].load_poll: "soon" is not a duration`},
 	} {
 		text := strings.Replace(minimal, "        capabilities: [tools]\n", "        capabilities: [tools]\n        "+c.add+"\n", 1)
 		if _, err := Parse([]byte(text), ".", e); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.add, err, c.want)
 		}
-	}
-	if b.PrefixInstances != 1 {
-		t.Fatalf("prefix_instances %d by default, want 1", b.PrefixInstances)
-	}
-	text = strings.Replace(minimal, "        capabilities: [tools]\n", "        capabilities: [tools]\n        prefix_instances: 3\n", 1)
-	if c, err := Parse([]byte(text), ".", e); err != nil || c.Models[0].Backends[0].PrefixInstances != 3 {
-		t.Fatalf("prefix_instances: 3: %v", err)
 	}
 	// load_poll: off by default; on, prefix_margin's default is its own.
 	if b.LoadPoll != Off {

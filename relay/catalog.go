@@ -55,14 +55,11 @@ type Backend struct {
 	// matching prefix may have beyond the least loaded node's (routing/prefix.go).
 	Routing      string
 	PrefixMargin int64
-	// PrefixInstances is how many tollgate instances route to the nodes
-	// (prefix_instances; routing.Policy.Instances).
-	PrefixInstances int64
 }
 
 // Policy is b's routing policy (routing.Backend).
 func (b *Backend) Policy() routing.Policy {
-	return routing.Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin, Instances: b.PrefixInstances}
+	return routing.Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin}
 }
 
 // Members are b's nodes (routing.Backend).
@@ -165,8 +162,6 @@ type BackendSpec struct {
 	Prices        tollgate.Prices
 	Routing       string // routing.LeastOutstanding, routing.PrefixCache or routing.RoundRobin
 	PrefixMargin  int64
-	// PrefixInstances: see Backend.
-	PrefixInstances int64
 	// PrefixIndexTokens and PrefixTTL bound each node's prefix index
 	// (prefix_cache routing; 0: the defaults).
 	PrefixIndexTokens int64
@@ -212,7 +207,7 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 		for i := range mc.Backends {
 			bc := &mc.Backends[i]
 			b := &Backend{Model: m, Class: bc.Class, UpstreamModel: bc.UpstreamModel, Caps: bc.Caps, Prices: bc.Prices,
-				Routing: bc.Routing, PrefixMargin: bc.PrefixMargin, PrefixInstances: bc.PrefixInstances}
+				Routing: bc.Routing, PrefixMargin: bc.PrefixMargin}
 			// Web search is served by tollgate itself: with a search
 			// provider configured, every backend that can call tools can
 			// take part (the model calls tollgate's search function).

@@ -40,12 +40,6 @@ type Policy struct {
 	// prefix may have beyond the least loaded node's (prefix.go).
 	Routing      string
 	PrefixMargin int64
-	// Instances is how many tollgate instances route to the nodes (0 or
-	// 1: this one alone). With several, each instance's index holds only
-	// the turns it sent, so it alone never moves a conversation off its
-	// home: only the nodes' own events, which every instance reads alike,
-	// do (prefix.go).
-	Instances int64
 }
 
 // Backend is a backend as the picker sees it (relay.Backend): its policy

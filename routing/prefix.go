@@ -75,15 +75,12 @@ type Request[B Backend[N], N Member] struct {
 
 // prefixCand is an able node of a prefix-routed backend.
 type prefixCand[B Backend[N], N Member] struct {
-	b    B
-	n    N
-	load int64
-	rank uint64 // rendezvous score for the conversation
-	held int    // bytes of the messages beyond the opening the node holds (0: none)
-	// shared: held is the node's own word (its KV-cache events), the same
-	// on every instance; else this instance's index.
-	shared bool
-	local  int // blocks of hashes this instance's index holds on it
+	b     B
+	n     N
+	load  int64
+	rank  uint64 // rendezvous score for the conversation
+	held  int    // bytes of the messages beyond the opening the node holds (0: none)
+	local int    // blocks of hashes this instance's index holds on it
 }
 
 // prefixCounters count prefix routing decisions (see PrefixStats).
@@ -284,7 +281,6 @@ func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 		// The node's own word, when it is heard: blocks of tools then messages.
 		if blocks, live := n.kv.Match(pr.keys, pr.now); live {
 			held = blocks*kvevents.BlockBytes - pr.tools
-			c.shared = true
 		}
 	}
 	if held > pr.opening {
@@ -325,7 +321,7 @@ func (pr *Request[B, N]) choose(least N, leastB B, leastLoad int64) (B, N) {
 		}
 	}
 	pick := home
-	if pick != nil && pick.held == 0 && most != nil && (most.shared || most.b.Policy().Instances <= 1) {
+	if pick != nil && pick.held == 0 && most != nil {
 		pick = most
 	}
 	if pick == nil {

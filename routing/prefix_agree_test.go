@@ -235,39 +235,3 @@ func TestPrefixRoutingTrustsTheNodesEvents(t *testing.T) {
 		t.Fatalf("turn 5 went to %s; with its events silent, the home %s holds turns 1-3 by the index", got, home.BaseURL)
 	}
 }
-
-// With several instances (Policy.Instances), an instance's own index does
-// not move a conversation off its home, since the other instances' indexes
-// do not hold what it holds: after a node is added, the conversations it
-// ranks first go to it on every instance alike (one prefill each). Alone,
-// an instance keeps them where their history is.
-func TestPrefixRoutingSeveralInstancesStayHome(t *testing.T) {
-	for _, instances := range []int64{1, 3} {
-		in := newInstance(4, 0)
-		in.able[0].Instances = instances
-		before := map[int]string{}
-		for c := 0; c < 40; c++ {
-			before[c] = in.route(t, turnOf(c, 1))
-			in.route(t, turnOf(c, 2))
-		}
-		extra := netNodes(5, 0)[4]
-		in.able[0].Nodes = append(in.able[0].Nodes, extra)
-		fresh := newInstance(5, 0) // knows nothing: routes by the ranking alone
-		moved := 0
-		for c := 0; c < 40; c++ {
-			got, ranked := in.route(t, turnOf(c, 3)), fresh.route(t, turnOf(c, 3))
-			switch {
-			case instances == 1 && got != before[c]:
-				t.Fatalf("alone: conversation %d moved from %s to %s after a node was added", c, before[c], got)
-			case instances > 1 && got != ranked:
-				t.Fatalf("several: conversation %d went to %s, the ranking says %s", c, got, ranked)
-			}
-			if ranked == extra.BaseURL {
-				moved++
-			}
-		}
-		if moved == 0 {
-			t.Fatal("the added node ranks no conversation first: the test shows nothing")
-		}
-	}
-}

@@ -20,12 +20,11 @@ type backend struct {
 	Class        tollgate.BackendClass
 	Routing      string
 	PrefixMargin int64
-	Instances    int64
 	Nodes        []*node
 }
 
 func (b *backend) Policy() Policy {
-	return Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin, Instances: b.Instances}
+	return Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin}
 }
 
 func (b *backend) Members() []*node { return b.Nodes }

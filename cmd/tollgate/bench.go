@@ -98,7 +98,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	obsRounds := fs.Int("rounds", 6, "with --observability: rounds per kind of request")
 	accessLog := fs.String("access-log", "", "write tollgate's log (a JSON line per request, as 'tollgate serve' logs at level info) to this file; the default discards it")
 	workload := fs.String("workload", "", "instead of the serving phases: conversations through tollgate to simulated GPU nodes with prefix caches, once per routing policy; a comma list of multiturn, agent, unrelated, or all")
-	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared; +kv: prefix_cache with the nodes publishing KV-cache events, read through kv_events; +instances: the runs on --instances set prefix_instances; +load: tollgate reads each node's load from its /metrics (load_poll), max_concurrent undivided and --load-margin on every instance (prefix_cache+kv+load)")
+	policies := fs.String("policies", "round_robin,least_outstanding,prefix_cache", "--workload: the routing policies compared; +kv: prefix_cache with the nodes publishing KV-cache events, read through kv_events; +load: tollgate reads each node's load from its /metrics (load_poll), max_concurrent undivided and --load-margin on every instance (prefix_cache+kv+load)")
 	wlLoadPoll := fs.Duration("load-poll", 100*time.Millisecond, "--workload: load_poll of the +load policies")
 	wlLoadMargin := fs.Int64("load-margin", config.DefaultLoadPollMargin, "--workload: prefix_margin of the +load policies, on one instance or several")
 	wlNodes := fs.Int("nodes", 4, "--workload: simulated GPU nodes")
@@ -135,7 +135,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		pols := strings.Split(*policies, ",")
 		for _, p := range pols {
 			if _, ok := parsePolicy(p); !ok {
-				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding or prefix_cache, optionally with +kv and +instances (prefix_cache) and +load", p)}
+				return usageError{fmt.Sprintf("--policies %q: want round_robin, least_outstanding or prefix_cache, optionally with +kv (prefix_cache) and +load", p)}
 			}
 		}
 		switch *wlDisrupt {

@@ -118,7 +118,7 @@ func TestBenchCommandLoadPoll(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, text)
 		}
 	}
-	for _, bad := range []string{"least_outstanding+kv", "round_robin+instances", "prefix_cache+load+load", "prefix_cache+fast"} {
+	for _, bad := range []string{"least_outstanding+kv", "prefix_cache+load+load", "prefix_cache+fast"} {
 		out.Reset()
 		errb.Reset()
 		if code := run(context.Background(), []string{"bench", "--workload", "multiturn", "--policies", bad}, &out, &errb); code != 2 ||

@@ -58,15 +58,13 @@ type workloadOpts struct {
 
 // A policy compared is a routing policy, with options as suffixes:
 // "+kv", the nodes publish KV-cache events that tollgate reads
-// (kv_events, prefix_cache only); "+instances", the runs on several
-// instances set prefix_instances to their number (prefix_cache only);
-// "+load", tollgate reads each node's
+// (kv_events, prefix_cache only); "+load", tollgate reads each node's
 // load from its /metrics (load_poll), so every instance sees a node's
 // whole load: max_concurrent is then the node's, not divided among the
 // instances, and prefix_margin is --load-margin on one instance or several.
 type benchPolicy struct {
-	routing             string
-	kv, load, instances bool
+	routing  string
+	kv, load bool
 }
 
 // parsePolicy parses a --policies item.
@@ -84,8 +82,6 @@ func parsePolicy(p string) (benchPolicy, bool) {
 			bp.kv = true
 		case o == "load" && !bp.load:
 			bp.load = true
-		case o == "instances" && !bp.instances && bp.routing == config.RoutingPrefixCache:
-			bp.instances = true
 		default:
 			return bp, false
 		}
@@ -321,14 +317,10 @@ func (g *gpuGateway) writeConfig(n int) (string, error) {
 		margin = o.instanceMargin
 	}
 	loadPoll := ""
-	if g.policy.instances && g.k > 1 {
-		// The instances know they are several (prefix_instances).
-		loadPoll = fmt.Sprintf("        prefix_instances: %d\n", g.k)
-	}
 	if g.policy.load {
 		// Each instance sees the node's whole load (docs/config.md#routing).
 		slots, margin = int64(o.slots), o.loadMargin
-		loadPoll += fmt.Sprintf("        load_poll: %s\n", o.loadPoll)
+		loadPoll = fmt.Sprintf("        load_poll: %s\n", o.loadPoll)
 	}
 	var nodes strings.Builder
 	for i, s := range g.sims[:n] {

@@ -25,7 +25,6 @@ func catalogSpec(cfg *config.Config) relay.CatalogSpec {
 			if bc.PrefixMargin != nil {
 				b.PrefixMargin = *bc.PrefixMargin
 			}
-			b.PrefixInstances = bc.PrefixInstances
 			if bc.LoadPoll > 0 {
 				b.LoadPoll = bc.LoadPoll.D()
 			}
