@@ -81,7 +81,8 @@ const (
 	// OpReserve grows (or creates) an instance's reservation on an account
 	// and key: a holds row with no request (docs/billing.md, "Reservations").
 	OpReserve
-	// OpReturn gives part of a reservation back to the free balance.
+	// OpReturn gives part of a reservation back to the free balance, or
+	// all the row holds (BillingOp.ReturnAll).
 	OpReturn
 	// OpCharge settles a request whose hold was placed in memory against a
 	// reservation: the charge is paid from the reservation.
@@ -147,8 +148,15 @@ type BillingOp struct {
 	// OpReturn) is given back from the reservation to the free balance.
 	Covered Amount
 	Return  Amount
-	// Gone: the reservation row does not exist (swept after its lease):
-	// OpCharge then charged from the free balance alone.
+	// ReturnAll (OpReturn): give back everything the row holds, whatever
+	// Return says, and delete the row; Returned is what it held. The
+	// instance's count of its reservation can be wrong after an answer of
+	// the store was lost (docs/billing.md, "Reservations"); the row cannot.
+	ReturnAll bool
+	Returned  Amount
+	// Gone: the reservation row does not exist (swept after its lease, or,
+	// for ReturnAll, never created or already returned): OpCharge then
+	// charged from the free balance alone; OpReturn changed nothing.
 	Gone bool
 	// Recovered (OpSettle, OpCharge): the operation comes from a dead
 	// instance's charge journal and may already be in the ledger: a store

@@ -116,7 +116,11 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 				h.ID, h.AccountID, h.KeyID, h.Owner, h.Created, h.Expires, int64(h.Amount), int64(op.Need), int64(op.MinFree),
 				op.Fraction, op.Create)
 		case tollgate.OpReturn:
-			b.Queue(`SELECT tollgate_return($1, $2, $3)`, op.Reservation, op.Hold.AccountID, int64(op.Return))
+			if op.ReturnAll {
+				b.Queue(`SELECT gone, returned FROM tollgate_return_all($1, $2)`, op.Reservation, op.Hold.AccountID)
+			} else {
+				b.Queue(`SELECT tollgate_return($1, $2, $3)`, op.Reservation, op.Hold.AccountID, int64(op.Return))
+			}
 		case tollgate.OpCharge:
 			c := &op.Charge
 			id := c.RequestID
@@ -174,7 +178,17 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 			err = br.QueryRow().Scan(&outcome, &free, &granted, &op.Gone)
 			op.Outcome, op.Free, op.Granted = tollgate.HoldOutcome(outcome), tollgate.Amount(free), tollgate.Amount(granted)
 		case tollgate.OpReturn:
-			err = br.QueryRow().Scan(&op.Gone)
+			if op.ReturnAll {
+				var returned int64
+				err = br.QueryRow().Scan(&op.Gone, &returned)
+				op.Returned = tollgate.Amount(returned)
+			} else {
+				err = br.QueryRow().Scan(&op.Gone)
+				op.Returned = 0
+				if !op.Gone {
+					op.Returned = op.Return
+				}
+			}
 		case tollgate.OpCharge:
 			var charged, uncollected int64
 			err = br.QueryRow().Scan(&charged, &uncollected, &op.Replayed, &op.Gone)
