@@ -94,6 +94,7 @@ type Node struct {
 	// kv is the node's KV-cache event stream when it publishes one (nil:
 	// none); closed when a reload drops the node.
 	kv                   *kvevents.Subscriber
+	tok                  *kvevents.Tokenizer // a vllm node's /tokenize, for kv's keys (nil: none)
 	kvEndpoint, kvReplay string
 	kvBlocks             int // the bound of kv's index
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 
@@ -52,10 +53,15 @@ type prefixRoute struct {
 	opening int    // bytes of messages up to the end of the first question
 	tools   int    // bytes of the tools definitions
 
-	// keys are the prompt's blocks as a node's KV-cache events name them
-	// (kvevents.PromptKeys), computed when a node of the model publishes them.
-	keys    []uint64
-	keysBuf *[]uint64
+	// tokens are the prompt's token ids as a node of the model tokenized
+	// them (kvevents.Tokenizer), when its nodes publish KV-cache events;
+	// keys are them keyed in blocks of keysSize tokens, the nodes' block
+	// size (kvevents.Keys); promptBytes the bytes of tools and messages.
+	tokens      []uint32
+	keys        []uint64
+	keysSize    int
+	keysBuf     *[]uint64
+	promptBytes int
 
 	// The current pick attempt: the able prefix-routed nodes seen.
 	cands []prefixCand
@@ -151,8 +157,11 @@ var prefixBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 512); return
 // robin, and returns it; else nil. The caller calls pr.done after routing.
 // Nodes found down lose their index here: a server that went away may come
 // back with an empty cache.
-func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatRequest) *prefixRoute {
-	prefix, events := false, false
+func (r *Relay) startPrefixRoute(ctx context.Context, pr *prefixRoute, m *Model, cr *openai.ChatRequest) *prefixRoute {
+	prefix := false
+	var tok *kvevents.Tokenizer // a healthy node's, whose events are matched
+	var tokModel string
+	now := r.now().UnixNano()
 	for _, b := range m.Backends {
 		switch b.Routing {
 		case RoutingRoundRobin:
@@ -162,15 +171,23 @@ func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatReque
 			for _, n := range b.Nodes {
 				if !n.Healthy() {
 					n.prefix.reset()
+				} else if tok == nil && n.tok != nil && n.tok.Usable(now) {
+					tok, tokModel = n.tok, b.UpstreamModel
 				}
-				events = events || n.kv != nil
 			}
 		}
 	}
 	if prefix {
-		pr.hash(m.ID, cr.Field("tools"), cr.Field("messages"), events)
-		pr.now = r.now().UnixNano()
+		pr.hash(m.ID, cr.Field("tools"), cr.Field("messages"))
+		pr.now = now
 		pr.stats = &r.prefixStats
+		if pr.hashes != nil && tok != nil {
+			// The node's own token ids, for its events (kvevents/tokenize.go);
+			// on any failure the approximate index routes the request.
+			if ids, err := tok.Tokenize(ctx, tokModel, cr.Field); err == nil && len(ids) > 0 {
+				pr.tokens, pr.promptBytes = ids, len(cr.Field("tools"))+len(cr.Field("messages"))
+			}
+		}
 	}
 	if pr.hashes == nil && !pr.roundRobin {
 		return nil
@@ -178,10 +195,9 @@ func (r *Relay) startPrefixRoute(pr *prefixRoute, m *Model, cr *openai.ChatReque
 	return pr
 }
 
-// hash fills the request's block hashes, its conversation's hash and, when
-// a node publishes its cache (events), the keys its events are matched by.
+// hash fills the request's block hashes and its conversation's hash.
 // Nothing when the messages have no full block.
-func (pr *prefixRoute) hash(model string, tools, msgs []byte, events bool) {
+func (pr *prefixRoute) hash(model string, tools, msgs []byte) {
 	bp := prefixBufs.Get().(*[]uint64)
 	h := hashPrefix((*bp)[:0], model, tools, msgs)
 	if len(h) == 0 {
@@ -192,10 +208,19 @@ func (pr *prefixRoute) hash(model string, tools, msgs []byte, events bool) {
 	pr.opening = openai.OpeningEnd(msgs)
 	pr.tools = len(tools)
 	pr.conv = conversationHash(model, tools, msgs[:pr.opening])
-	if events {
-		kp := prefixBufs.Get().(*[]uint64)
-		pr.keys, pr.keysBuf = kvevents.PromptKeys((*kp)[:0], tools, msgs), kp
+}
+
+// keysIn returns the prompt's keys in blocks of size tokens (made once per
+// block size: a backend's nodes have one).
+func (pr *prefixRoute) keysIn(size int) []uint64 {
+	if pr.keysSize != size {
+		if pr.keysBuf == nil {
+			pr.keysBuf = prefixBufs.Get().(*[]uint64)
+		}
+		pr.keys, pr.keysSize = kvevents.Keys((*pr.keysBuf)[:0], pr.tokens, size), size
+		*pr.keysBuf = pr.keys
 	}
+	return pr.keys
 }
 
 // conversationHash names a conversation alike on every instance (a fixed
@@ -227,9 +252,9 @@ func rendezvous(conv, node uint64) uint64 {
 // done returns the hash buffers; pr is not used after it.
 func (pr *prefixRoute) done() {
 	if pr.keysBuf != nil {
-		*pr.keysBuf = pr.keys[:0]
+		*pr.keysBuf = (*pr.keysBuf)[:0]
 		prefixBufs.Put(pr.keysBuf)
-		pr.keysBuf, pr.keys = nil, nil
+		pr.keysBuf, pr.keys, pr.tokens = nil, nil, nil
 	}
 	if pr.buf == nil {
 		return
@@ -265,10 +290,18 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 	c := prefixCand{b: b, n: n, load: load, rank: rendezvous(pr.conv, n.routeID)}
 	c.local = n.prefix.match(pr.hashes, pr.now)
 	held := c.local * PrefixBlockBytes
-	if n.kv != nil && pr.keys != nil {
-		// The node's own word, when it is heard: blocks of tools then messages.
-		if blocks, live := n.kv.Match(pr.keys, pr.now); live {
-			held = blocks*kvevents.BlockBytes - pr.tools
+	if n.kv != nil && pr.tokens != nil {
+		// The node's own word, when it is heard, in its block size: its
+		// blocks held, as bytes of the messages (the template's tokens spread
+		// evenly; the tools come first).
+		// A node heard that stored nothing yet has no block size: it holds none.
+		size := n.kv.BlockSize()
+		var keys []uint64
+		if size > 0 {
+			keys = pr.keysIn(size)
+		}
+		if blocks, live := n.kv.Match(keys, pr.now); live {
+			held = blocks*size*pr.promptBytes/len(pr.tokens) - pr.tools
 		}
 	}
 	if held > pr.opening {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -230,7 +231,7 @@ func BenchmarkPrefixRoute100KB(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var pr prefixRoute
-		_, n, _ := p.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
+		_, n, _ := p.route(m, able, nil, r.startPrefixRoute(context.Background(), &pr, m, cr))
 		pr.done()
 		n.release()
 	}

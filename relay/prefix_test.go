@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -30,13 +32,25 @@ func netNodes(k int, maxConc int64) []*Node {
 func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *Model, able []*Backend, msgs []byte) *Node {
 	t.Helper()
 	pr := prefixRoute{now: time.Now().UnixNano(), stats: stats}
-	pr.hash(m.ID, nil, msgs, hasEvents(able))
+	pr.hash(m.ID, nil, msgs)
+	if hasEvents(able) { // as a node's /tokenize answers: the simulator's tokenizer
+		pr.tokens, pr.promptBytes = simTokens(msgs), len(msgs)
+	}
 	defer pr.done()
 	_, n, err := p.route(m, able, nil, &pr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// simTokens reads bytes 4 at a time as token ids (the simulator's tokenizer).
+func simTokens(b []byte) []uint32 {
+	out := make([]uint32, 0, len(b)/4)
+	for ; len(b) >= 4; b = b[4:] {
+		out = append(out, binary.LittleEndian.Uint32(b))
+	}
+	return out
 }
 
 func hasEvents(able []*Backend) bool {
@@ -132,7 +146,7 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	var pr prefixRoute
 	r := &Relay{now: time.Now}
 	r.catalog.Store(&Catalog{Models: []*Model{m}})
-	if r.startPrefixRoute(&pr, m, chatReq(t, convo("c", 5, 500))) == nil {
+	if r.startPrefixRoute(context.Background(), &pr, m, chatReq(t, convo("c", 5, 500))) == nil {
 		t.Fatal("no prefix route for a long prompt")
 	}
 	pr.done()
@@ -197,7 +211,7 @@ func TestPrefixRoutingOffForLeastOutstanding(t *testing.T) {
 	}
 }
 
-func chatReq(t *testing.T, msgs []byte) *openai.ChatRequest {
+func chatReq(t testing.TB, msgs []byte) *openai.ChatRequest {
 	t.Helper()
 	cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":` + string(msgs) + `}`))
 	if err != nil {
@@ -215,7 +229,7 @@ func TestRoundRobinIgnoresLoad(t *testing.T) {
 	count := map[*Node]int{}
 	for i := 0; i < 6; i++ {
 		var pr prefixRoute
-		_, n, err := p.route(m, able, nil, r.startPrefixRoute(&pr, m, chatReq(t, convo("x", 1, 10))))
+		_, n, err := p.route(m, able, nil, r.startPrefixRoute(context.Background(), &pr, m, chatReq(t, convo("x", 1, 10))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +262,7 @@ func TestPrefixIndexAcrossReloads(t *testing.T) {
 		t.Helper()
 		m, _ := r.Catalog().Lookup("m")
 		var pr prefixRoute
-		_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(&pr, m, chatReq(t, msgs)))
+		_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(context.Background(), &pr, m, chatReq(t, msgs)))
 		pr.done()
 		if err != nil {
 			t.Fatal(err)

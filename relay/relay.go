@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -137,6 +138,12 @@ func (r *Relay) startEvents(c *Catalog) {
 		if n.kvEndpoint != "" && n.kv == nil {
 			n.kv = kvevents.Subscribe(kvevents.Options{Endpoint: n.kvEndpoint, Replay: n.kvReplay, MaxBlocks: n.kvBlocks,
 				Log: r.log.With("node", n.Name)})
+			// The events name blocks by token ids: vLLM's /tokenize gives a
+			// prompt's (SGLang's takes plain text only, not a chat).
+			if n.Flavour == openai.VLLM {
+				n.tok, _ = kvevents.NewTokenizer(kvevents.TokenizerOptions{URL: strings.TrimSuffix(n.BaseURL, "/v1") + "/tokenize",
+					Key: n.Key, Dialer: r.dialer, Log: r.log.With("node", n.Name)})
+			}
 		}
 	}
 }
@@ -147,6 +154,9 @@ func (r *Relay) Close() {
 		for _, n := range c.Nodes() {
 			if n.kv != nil {
 				n.kv.Close()
+			}
+			if n.tok != nil {
+				n.tok.Close()
 			}
 		}
 	}
@@ -191,6 +201,9 @@ func (r *Relay) SetCatalog(c *Catalog) {
 		}
 		if n.kv != nil {
 			n.kv.Close()
+		}
+		if n.tok != nil {
+			n.tok.Close()
 		}
 	}
 }
@@ -254,7 +267,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	}
 	able, emulate := honouring(able, cr)
 	var pr prefixRoute
-	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(&pr, m, cr))
+	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(req.Context(), &pr, m, cr))
 	defer pr.done()
 	if err != nil {
 		return err

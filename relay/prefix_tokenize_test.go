@@ -1,0 +1,236 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/kvevents"
+	"github.com/tollgate/tollgate/simulate"
+)
+
+// kvFleet is three simulated vLLM nodes with a prefix cache publishing
+// their KV-cache events, behind one relay (real HTTP and ZMQ on loopback).
+type kvFleet struct {
+	sims  []*simulate.Server
+	names []string
+	r     *Relay
+}
+
+// newKVFleet starts the nodes; wrap, when set, stands in front of each
+// node's HTTP server.
+func newKVFleet(t *testing.T, wrap func(http.Handler) http.Handler) *kvFleet {
+	t.Helper()
+	f := &kvFleet{}
+	var specs []NodeSpec
+	for i := 0; i < 3; i++ {
+		sim := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"up"}, ContextLength: 100000,
+			GPU: simulate.GPU{PrefixCacheTokens: 200000}})
+		pub, err := sim.PublishKVEvents("tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pub.Close)
+		var h http.Handler = sim
+		if wrap != nil {
+			h = wrap(sim)
+		}
+		ts := httptest.NewServer(h)
+		t.Cleanup(ts.Close)
+		name := fmt.Sprint("n", i)
+		f.sims, f.names = append(f.sims, sim), append(f.names, name)
+		specs = append(specs, NodeSpec{Name: name, URL: ts.URL + "/v1", KVEvents: pub.PubAddr(), KVEventsReplay: pub.ReplayAddr()})
+	}
+	f.r = New(NewCatalog(catalog(netModel("m", "up", 100000, 100, 0, specs...)), nil), Options{}, Deps{})
+	t.Cleanup(f.r.Close)
+	// A PUB socket drops what it sends before a subscriber joins: prompts
+	// straight to each node until every subscriber has heard one.
+	for i := 0; f.r.PrefixStats().EventsLive < 3; i++ {
+		if i == 300 {
+			t.Fatalf("%d of 3 nodes heard", f.r.PrefixStats().EventsLive)
+		}
+		for _, sim := range f.sims {
+			askSim(t, sim, fmt.Sprintf(`[{"role":"user","content":"warm-up %d %s"}]`, i, strings.Repeat("w", 100)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return f
+}
+
+// askSim sends a chat request to a node directly (not through tollgate).
+func askSim(t *testing.T, sim *simulate.Server, msgs string) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	sim.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"up","max_tokens":1,"messages":`+msgs+`}`)))
+	if w.Code != 200 {
+		t.Fatalf("node answered %d: %s", w.Code, w.Body)
+	}
+}
+
+// ask sends a chat request through the relay and returns the node that
+// served it.
+func (f *kvFleet) ask(t *testing.T, msgs []byte) int {
+	t.Helper()
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	if err := f.r.ServeChat(w, req, &Call{RequestID: "r", Body: []byte(`{"model":"m","max_tokens":1,"messages":` + string(msgs) + `}`)}); err != nil || w.Code != 200 {
+		t.Fatalf("%v %d %s", err, w.Code, w.Body)
+	}
+	for i, name := range f.names {
+		if w.Header().Get("X-Tollgate-Node") == name {
+			return i
+		}
+	}
+	t.Fatalf("served by %q", w.Header().Get("X-Tollgate-Node"))
+	return -1
+}
+
+// tokenizeCalls counts the /tokenize requests the nodes got.
+func (f *kvFleet) tokenizeCalls() int {
+	n := 0
+	for _, sim := range f.sims {
+		for _, rec := range sim.AllRequests() {
+			if rec.Path == "/tokenize" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitEvents waits until the relay's view of the nodes' events holds what
+// their caches hold.
+func (f *kvFleet) waitEvents(t *testing.T) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		want := 0
+		for _, sim := range f.sims {
+			want += sim.CacheStats().Blocks
+		}
+		if int(f.r.PrefixStats().EventBlocks) == want {
+			return
+		}
+	}
+	t.Fatal("the events never caught up with the caches")
+}
+
+// A conversation's next turn goes to the node whose events say it holds
+// the conversation, by the token ids the nodes' /tokenize gives: its home
+// emptied its cache and another node served the last turn (as another
+// tollgate instance may have sent it there).
+func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
+	f := newKVFleet(t, nil)
+	home := f.ask(t, turnOf(7, 1))
+	other := (home + 1) % 3
+	askSim(t, f.sims[other], string(turnOf(7, 2)))
+	f.sims[home].ClearCache()
+	f.waitEvents(t)
+	calls := f.tokenizeCalls()
+	if got := f.ask(t, turnOf(7, 3)); got != other {
+		t.Fatalf("turn 3 went to n%d; the node holding turn 2 by its events is n%d (home n%d)", got, other, home)
+	}
+	if got := f.tokenizeCalls(); got != calls+1 {
+		t.Fatalf("%d /tokenize calls for one request", got-calls)
+	}
+	// The tokenize request is vLLM's chat form for the backend's model.
+	var body string
+	for _, sim := range f.sims {
+		for _, rec := range sim.AllRequests() {
+			if rec.Path == "/tokenize" {
+				body = string(rec.Body)
+			}
+		}
+	}
+	if !strings.HasPrefix(body, `{"model":"up","messages":[`) || !strings.HasSuffix(body, `"add_generation_prompt":true,"add_special_tokens":false}`) {
+		t.Fatalf("tokenize body %s", body)
+	}
+	if st := f.r.PrefixStats(); st.Hits == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Nodes whose /tokenize is missing (a vLLM too old for its chat form; here
+// 404) are routed by the approximate index: the same turn goes to the home,
+// which this instance's index says served the conversation, and after
+// three refusals the nodes are not asked.
+func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
+	f := newKVFleet(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/tokenize" {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				w.Write([]byte(`{"detail":"Not Found"}`))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	home := f.ask(t, turnOf(7, 1))
+	if got := f.ask(t, turnOf(7, 2)); got != home {
+		t.Fatalf("turn 2 went to n%d, turn 1 to n%d", got, home)
+	}
+	other := (home + 1) % 3
+	askSim(t, f.sims[other], string(turnOf(7, 3)))
+	f.sims[home].ClearCache()
+	f.waitEvents(t)
+	if got := f.ask(t, turnOf(7, 4)); got != home {
+		t.Fatalf("turn 4 went to n%d; without token ids the index's home n%d takes it", got, home)
+	}
+	for c := 0; c < 5; c++ {
+		f.ask(t, turnOf(20+c, 1))
+	}
+	tok := f.r.Catalog().Models[0].Backends[0].Nodes[0].tok
+	if st := tok.Stats(); st.Asked != 3 || st.Answered != 0 {
+		t.Fatalf("the refusing node was asked %d times (answered %d), want 3", st.Asked, st.Answered)
+	}
+	if tok.Usable(time.Now().UnixNano()) {
+		t.Fatal("not backed off")
+	}
+}
+
+// The added time on the request path: routing a 100 KB conversation over
+// three simulated vLLM nodes with events, tokenized by a node's /tokenize
+// (a fresh prompt each time: no cache), against the same without events.
+func BenchmarkPrefixRouteTokenize100KB(b *testing.B) {
+	for _, kv := range []bool{false, true} {
+		b.Run(fmt.Sprint("kv=", kv), func(b *testing.B) {
+			var specs []NodeSpec
+			for i := 0; i < 3; i++ {
+				sim := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"up"}, ContextLength: 1 << 20})
+				ts := httptest.NewServer(sim)
+				defer ts.Close()
+				spec := NodeSpec{Name: fmt.Sprint("n", i), URL: ts.URL + "/v1"}
+				if kv {
+					pub, err := kvevents.Publish(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer pub.Close()
+					spec.KVEvents = pub.PubAddr()
+				}
+				specs = append(specs, spec)
+			}
+			r := New(NewCatalog(catalog(netModel("m", "up", 1<<20, 100, 0, specs...)), nil), Options{}, Deps{})
+			defer r.Close()
+			m, _ := r.Catalog().Lookup("m")
+			base := convo("bench", 40, 1250) // about 100 KB
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				cr := chatReq(b, append([]byte(fmt.Sprintf(`[{"role":"user","content":"%d"},`, i)), base[1:]...))
+				var pr prefixRoute
+				_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(context.Background(), &pr, m, cr))
+				pr.done()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n.release()
+			}
+		})
+	}
+}
