@@ -122,6 +122,9 @@ type PrefixStats struct {
 	// The nodes' batches: applied, of which replayed after a gap; gaps
 	// that could not be replayed; restarts of a node's numbering.
 	EventBatches, EventReplayed, EventLost, EventRestarts int64
+	// Prompts tokenized by a node's /tokenize for its events, and calls that
+	// failed (timed out, refused: those requests used the index).
+	Tokenized, TokenizeFailed int64
 }
 
 // PrefixStats returns the counters of prefix routing and the index sizes.
@@ -145,6 +148,11 @@ func (r *Relay) PrefixStats() PrefixStats {
 			if _, live := n.kv.Match(nil, r.now().UnixNano()); live {
 				s.EventsLive++
 			}
+		}
+		if n.tok != nil {
+			st := n.tok.Stats()
+			s.Tokenized += st.Answered
+			s.TokenizeFailed += st.Failed
 		}
 	}
 	return s

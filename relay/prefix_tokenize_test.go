@@ -148,15 +148,15 @@ func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 	if !strings.HasPrefix(body, `{"model":"up","messages":[`) || !strings.HasSuffix(body, `"add_generation_prompt":true,"add_special_tokens":false}`) {
 		t.Fatalf("tokenize body %s", body)
 	}
-	if st := f.r.PrefixStats(); st.Hits == 0 {
-		t.Fatalf("stats %+v", st)
+	if st := f.r.PrefixStats(); st.Hits == 0 || st.Tokenized != 2 || st.TokenizeFailed != 0 {
+		t.Fatalf("stats %+v, want 2 prompts tokenized (turns 1 and 3)", st)
 	}
 }
 
 // Nodes whose /tokenize is missing (a vLLM too old for its chat form; here
 // 404) are routed by the approximate index: the same turn goes to the home,
 // which this instance's index says served the conversation, and after
-// three refusals the nodes are not asked.
+// three refusals a node is not asked.
 func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
 	f := newKVFleet(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -180,15 +180,20 @@ func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
 	if got := f.ask(t, turnOf(7, 4)); got != home {
 		t.Fatalf("turn 4 went to n%d; without token ids the index's home n%d takes it", got, home)
 	}
-	for c := 0; c < 5; c++ {
+	// Each node is asked three times, then backed off (the next is asked).
+	for c := 0; c < 10; c++ {
 		f.ask(t, turnOf(20+c, 1))
 	}
-	tok := f.r.Catalog().Models[0].Backends[0].Nodes[0].tok
-	if st := tok.Stats(); st.Asked != 3 || st.Answered != 0 {
-		t.Fatalf("the refusing node was asked %d times (answered %d), want 3", st.Asked, st.Answered)
+	for _, n := range f.r.Catalog().Models[0].Backends[0].Nodes {
+		if st := n.tok.Stats(); st.Asked != 3 || st.Answered != 0 {
+			t.Fatalf("refusing node %s was asked %d times (answered %d), want 3", n.Name, st.Asked, st.Answered)
+		}
+		if n.tok.Usable(time.Now().UnixNano()) {
+			t.Fatalf("%s not backed off", n.Name)
+		}
 	}
-	if tok.Usable(time.Now().UnixNano()) {
-		t.Fatal("not backed off")
+	if st := f.r.PrefixStats(); st.Tokenized != 0 || st.TokenizeFailed != 9 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
