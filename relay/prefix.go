@@ -169,6 +169,7 @@ func (r *Relay) startPrefixRoute(ctx context.Context, pr *prefixRoute, m *Model,
 	prefix := false
 	var tok *kvevents.Tokenizer // a healthy node's, whose events are matched
 	var tokModel string
+	heard := false // a node's events are trusted now
 	now := r.now().UnixNano()
 	for _, b := range m.Backends {
 		switch b.Routing {
@@ -179,8 +180,13 @@ func (r *Relay) startPrefixRoute(ctx context.Context, pr *prefixRoute, m *Model,
 			for _, n := range b.Nodes {
 				if !n.Healthy() {
 					n.prefix.reset()
-				} else if tok == nil && n.tok != nil && n.tok.Usable(now) {
+					continue
+				}
+				if tok == nil && n.tok != nil && n.tok.Usable(now) {
 					tok, tokModel = n.tok, b.UpstreamModel
+				}
+				if n.kv != nil && !heard {
+					_, heard = n.kv.Match(nil, now)
 				}
 			}
 		}
@@ -189,9 +195,11 @@ func (r *Relay) startPrefixRoute(ctx context.Context, pr *prefixRoute, m *Model,
 		pr.hash(m.ID, cr.Field("tools"), cr.Field("messages"))
 		pr.now = now
 		pr.stats = &r.prefixStats
-		if pr.hashes != nil && tok != nil {
-			// The node's own token ids, for its events (kvevents/tokenize.go);
-			// on any failure the approximate index routes the request.
+		// The node's own token ids, for its events (kvevents/tokenize.go);
+		// on any failure the approximate index routes the request. Not for
+		// a conversation's opening alone: no node can hold more of it, so
+		// it goes home whatever the events say.
+		if pr.hashes != nil && tok != nil && heard && len(cr.Field("messages"))-pr.opening > 8 {
 			if ids, err := tok.Tokenize(ctx, tokModel, cr.Field); err == nil && len(ids) > 0 {
 				pr.tokens, pr.promptBytes = ids, len(cr.Field("tools"))+len(cr.Field("messages"))
 			}

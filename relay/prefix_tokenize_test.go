@@ -130,6 +130,9 @@ func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 	f.sims[home].ClearCache()
 	f.waitEvents(t)
 	calls := f.tokenizeCalls()
+	if calls != 0 {
+		t.Fatalf("%d /tokenize calls for a conversation's opening (no node can hold more of it)", calls)
+	}
 	if got := f.ask(t, turnOf(7, 3)); got != other {
 		t.Fatalf("turn 3 went to n%d; the node holding turn 2 by its events is n%d (home n%d)", got, other, home)
 	}
@@ -148,8 +151,8 @@ func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 	if !strings.HasPrefix(body, `{"model":"up","messages":[`) || !strings.HasSuffix(body, `"add_generation_prompt":true,"add_special_tokens":false}`) {
 		t.Fatalf("tokenize body %s", body)
 	}
-	if st := f.r.PrefixStats(); st.Hits == 0 || st.Tokenized != 2 || st.TokenizeFailed != 0 {
-		t.Fatalf("stats %+v, want 2 prompts tokenized (turns 1 and 3)", st)
+	if st := f.r.PrefixStats(); st.Hits == 0 || st.Tokenized != 1 || st.TokenizeFailed != 0 {
+		t.Fatalf("stats %+v, want 1 prompt tokenized (turn 3)", st)
 	}
 }
 
@@ -182,7 +185,7 @@ func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
 	}
 	// Each node is asked three times, then backed off (the next is asked).
 	for c := 0; c < 10; c++ {
-		f.ask(t, turnOf(20+c, 1))
+		f.ask(t, turnOf(20+c, 2))
 	}
 	for _, n := range f.r.Catalog().Models[0].Backends[0].Nodes {
 		if st := n.tok.Stats(); st.Asked != 3 || st.Answered != 0 {
@@ -237,5 +240,25 @@ func BenchmarkPrefixRouteTokenize100KB(b *testing.B) {
 				n.release()
 			}
 		})
+	}
+}
+
+// Nodes whose events are not heard (silent since tollgate subscribed) are
+// judged by the index: their /tokenize is not asked.
+func TestPrefixRoutingAsksNoTokenizeWhileNoEventIsHeard(t *testing.T) {
+	sim := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"up"}, ContextLength: 100000})
+	ts := httptest.NewServer(sim)
+	defer ts.Close()
+	pub, err := kvevents.Publish(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	r := New(NewCatalog(catalog(netModel("m", "up", 100000, 100, 0, NodeSpec{Name: "n0", URL: ts.URL + "/v1", KVEvents: pub.PubAddr()})), nil), Options{}, Deps{})
+	defer r.Close()
+	f := &kvFleet{sims: []*simulate.Server{sim}, names: []string{"n0"}, r: r}
+	f.ask(t, turnOf(3, 2))
+	if n := f.tokenizeCalls(); n != 0 || r.PrefixStats().EventsLive != 0 {
+		t.Fatalf("%d /tokenize calls with no event heard", n)
 	}
 }
