@@ -207,6 +207,7 @@ func BenchmarkPrefixRouteTokenize100KB(b *testing.B) {
 	for _, kv := range []bool{false, true} {
 		b.Run(fmt.Sprint("kv=", kv), func(b *testing.B) {
 			var specs []NodeSpec
+			var pubs []*kvevents.Publisher
 			for i := 0; i < 3; i++ {
 				sim := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"up"}, ContextLength: 1 << 20})
 				ts := httptest.NewServer(sim)
@@ -219,11 +220,30 @@ func BenchmarkPrefixRouteTokenize100KB(b *testing.B) {
 					}
 					defer pub.Close()
 					spec.KVEvents = pub.PubAddr()
+					pubs = append(pubs, pub)
 				}
 				specs = append(specs, spec)
 			}
 			r := New(NewCatalog(catalog(netModel("m", "up", 1<<20, 100, 0, specs...)), nil), Options{}, Deps{})
 			defer r.Close()
+			// The nodes are heard (an event every 100 ms), so their /tokenize is asked.
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for {
+					for _, p := range pubs {
+						p.Send(kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{1}})
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
+			for kv && r.PrefixStats().EventsLive < 3 {
+				time.Sleep(10 * time.Millisecond)
+			}
 			m, _ := r.Catalog().Lookup("m")
 			base := convo("bench", 40, 1250) // about 100 KB
 			b.ReportAllocs()
@@ -238,6 +258,9 @@ func BenchmarkPrefixRouteTokenize100KB(b *testing.B) {
 					b.Fatal(err)
 				}
 				n.release()
+			}
+			if st := r.PrefixStats(); kv && st.Tokenized < int64(i) {
+				b.Fatalf("%d of %d prompts tokenized", st.Tokenized, i)
 			}
 		})
 	}

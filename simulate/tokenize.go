@@ -63,7 +63,8 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	var b []byte
 	if prompts == nil { // vLLM's chat form
-		b = appendTokenizeAnswer(b, bytesTokenIDs(req.prompt()), s.cfg.ContextLength, true)
+		ids := bytesTokenIDs(req.prompt())
+		b = appendTokenizeAnswer(make([]byte, 0, 64+11*len(ids)), ids, s.cfg.ContextLength, true)
 	} else if !listed {
 		b = appendTokenizeAnswer(b, bytesTokenIDs(prompts[0]), s.cfg.ContextLength, s.flavour == VLLM)
 	} else { // SGLang's list form: a list of ids and a list of counts
