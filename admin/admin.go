@@ -2,6 +2,10 @@
 // and keys, balances, credits and debits, usage reports and the audit of
 // the books (docs/admin-api.md). Every request needs the admin token as a bearer
 // token; it is compared in constant time.
+//
+// The package serves endpoints and does not choose their paths: each is a
+// method, served through Authorized on the path cmd/tollgate/routes.go
+// declares for it; NotFound answers the rest of /admin/v1/.
 package admin
 
 import (
@@ -51,7 +55,6 @@ type API struct {
 	st    Store
 	opts  Options
 	token [32]byte
-	mux   *http.ServeMux
 }
 
 // New builds the API.
@@ -62,43 +65,28 @@ func New(st Store, o Options) *API {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &API{st: st, opts: o, token: sha256.Sum256([]byte(o.Token)), mux: http.NewServeMux()}
-	a.route("GET /admin/v1/accounts", a.listAccounts)
-	a.route("POST /admin/v1/accounts", a.createAccount)
-	a.route("GET /admin/v1/accounts/{id}", a.showAccount)
-	a.route("POST /admin/v1/accounts/{id}/disable", a.setDisabled(true))
-	a.route("POST /admin/v1/accounts/{id}/enable", a.setDisabled(false))
-	a.route("POST /admin/v1/accounts/{id}/invite", a.invite)
-	a.route("GET /admin/v1/keys", a.listKeys)
-	a.route("POST /admin/v1/keys", a.createKey)
-	a.route("POST /admin/v1/keys/{id}/revoke", a.revokeKey)
-	a.route("POST /admin/v1/accounts/{id}/credit", a.post(tollgate.LedgerCredit))
-	a.route("POST /admin/v1/accounts/{id}/debit", a.post(tollgate.LedgerDebit))
-	a.route("GET /admin/v1/usage", a.usage)
-	a.route("GET /admin/v1/audit", a.audit)
-	a.paymentRoutes()
-	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, a.opts.Log, tollgate.Errorf(tollgate.CodeNotFound, "%s %s is not an admin API route", r.Method, r.URL.Path))
-	})
+	a := &API{st: st, opts: o, token: sha256.Sum256([]byte(o.Token))}
 	return a
 }
 
-func (a *API) route(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+// Authorized serves h to a request with the admin token (401 unauthorized
+// otherwise), with h's error in the error envelope.
+func (a *API) Authorized(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.authorized(r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+			writeError(w, a.opts.Log, tollgate.Errorf(tollgate.CodeUnauthorized, "the admin API needs Authorization: Bearer <admin token>"))
+			return
+		}
 		if err := h(w, r); err != nil {
 			writeError(w, a.opts.Log, err)
 		}
 	})
 }
 
-// ServeHTTP checks the token, then routes.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-		writeError(w, a.opts.Log, tollgate.Errorf(tollgate.CodeUnauthorized, "the admin API needs Authorization: Bearer <admin token>"))
-		return
-	}
-	a.mux.ServeHTTP(w, r)
+// NotFound answers a path under /admin/v1/ that no endpoint is served on.
+func (a *API) NotFound(w http.ResponseWriter, r *http.Request) error {
+	return tollgate.Errorf(tollgate.CodeNotFound, "%s %s is not an admin API route", r.Method, r.URL.Path)
 }
 
 // authorized compares hashes of the presented and the configured token, so
@@ -116,7 +104,8 @@ func (a *API) authorized(header string) bool {
 	return subtle.ConstantTimeCompare(h[:], a.token[:]) == 1
 }
 
-func (a *API) showAccount(w http.ResponseWriter, r *http.Request) error {
+// ShowAccount is one account with its money.
+func (a *API) ShowAccount(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	acct, err := a.st.Account(r.Context(), id)
 	if err != nil {
@@ -135,26 +124,35 @@ type PostRequest struct {
 	Note   string          `json:"note"`
 }
 
-func (a *API) post(kind tollgate.LedgerKind) func(http.ResponseWriter, *http.Request) error {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		var req PostRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
-				`want {"amount": "12.50", "note": "..."} with the amount a decimal string of USD: %v`, err)
-		}
-		id := r.PathValue("id")
-		p, err := operator.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, "the admin API from "+clientHost(r), a.opts.Now())
-		if err != nil {
-			return notFound("account", id, err)
-		}
-		a.opts.Log.Info("ledger entry posted", "kind", kind, "account", id, "amount", p.Entry.Amount.String(), "entry", p.Entry.ID)
-		return writeJSON(w, http.StatusOK, p)
-	}
+// Credit adds money to an account.
+func (a *API) Credit(w http.ResponseWriter, r *http.Request) error {
+	return a.post(w, r, tollgate.LedgerCredit)
 }
 
-func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
+// Debit takes money from an account.
+func (a *API) Debit(w http.ResponseWriter, r *http.Request) error {
+	return a.post(w, r, tollgate.LedgerDebit)
+}
+
+func (a *API) post(w http.ResponseWriter, r *http.Request, kind tollgate.LedgerKind) error {
+	var req PostRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
+			`want {"amount": "12.50", "note": "..."} with the amount a decimal string of USD: %v`, err)
+	}
+	id := r.PathValue("id")
+	p, err := operator.Post(r.Context(), a.st, kind, id, req.Amount, req.Note, "the admin API from "+clientHost(r), a.opts.Now())
+	if err != nil {
+		return notFound("account", id, err)
+	}
+	a.opts.Log.Info("ledger entry posted", "kind", kind, "account", id, "amount", p.Entry.Amount.String(), "entry", p.Entry.ID)
+	return writeJSON(w, http.StatusOK, p)
+}
+
+// Usage is the usage report, filtered and grouped as the query asks.
+func (a *API) Usage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f, err := operator.ParseFilter(q.Get("account"), q.Get("key"), q.Get("model"), q.Get("backend"), q.Get("since"), q.Get("until"), a.opts.Now())
 	if err != nil {
@@ -171,7 +169,8 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, list(rows))
 }
 
-func (a *API) audit(w http.ResponseWriter, r *http.Request) error {
+// Audit runs the audit of the books and answers its report.
+func (a *API) Audit(w http.ResponseWriter, r *http.Request) error {
 	rep, err := billing.RunAudit(r.Context(), a.st, a.opts.Now(), a.opts.AuditGrace, tollgate.AuditFromAdminAPI)
 	if errors.Is(err, billing.ErrAuditNotRecorded) {
 		// The report is whole: the caller gets it, the log gets the failure.

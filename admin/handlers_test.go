@@ -33,7 +33,7 @@ func newTestAPI(t *testing.T, wrap func(*sqlite.DB) Store) (*httptest.Server, *s
 	if wrap != nil {
 		st = wrap(db)
 	}
-	srv := httptest.NewServer(New(st, Options{Token: testToken, Models: []string{"chat-1"}, AuditGrace: time.Minute}))
+	srv := httptest.NewServer(routes(New(st, Options{Token: testToken, Models: []string{"chat-1"}, AuditGrace: time.Minute})))
 	t.Cleanup(srv.Close)
 	return srv, db
 }
@@ -77,7 +77,7 @@ func TestAdminRefusesWithoutTheToken(t *testing.T) {
 		}
 	}
 	// No token configured: everything is refused, even an empty bearer.
-	open := httptest.NewServer(New(nil, Options{}))
+	open := httptest.NewServer(routes(New(nil, Options{})))
 	defer open.Close()
 	if status, e, _ := call(t, open, "", "GET", "/admin/v1/accounts", ""); status != 401 || e.Error.Code != "unauthorized" {
 		t.Errorf("no token configured: %d %+v", status, e)

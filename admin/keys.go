@@ -36,7 +36,8 @@ func (a *API) accountView(r *http.Request, acct tollgate.Account) (operator.Acco
 	return v, nil
 }
 
-func (a *API) listAccounts(w http.ResponseWriter, r *http.Request) error {
+// ListAccounts lists the accounts with their money.
+func (a *API) ListAccounts(w http.ResponseWriter, r *http.Request) error {
 	accts, err := a.st.Accounts(r.Context())
 	if err != nil {
 		return err
@@ -57,7 +58,8 @@ type CreateAccountRequest struct {
 	Name string `json:"name"`
 }
 
-func (a *API) createAccount(w http.ResponseWriter, r *http.Request) error {
+// CreateAccount creates an account.
+func (a *API) CreateAccount(w http.ResponseWriter, r *http.Request) error {
 	var req CreateAccountRequest
 	if err := decodeBody(w, r, &req, `{"name": "..."}`); err != nil {
 		return err
@@ -74,23 +76,28 @@ func (a *API) createAccount(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, v)
 }
 
-func (a *API) setDisabled(disabled bool) func(http.ResponseWriter, *http.Request) error {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
-		acct, err := operator.SetDisabled(r.Context(), a.st, id, disabled)
-		if err != nil {
-			return notFound("account", id, err)
-		}
-		a.opts.Log.Info("account disabled flag set", "account", id, "disabled", disabled)
-		v, err := a.accountView(r, acct)
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusOK, v)
+// Disable refuses the account's keys and ends its console sessions.
+func (a *API) Disable(w http.ResponseWriter, r *http.Request) error { return a.setDisabled(w, r, true) }
+
+// Enable lets a disabled account spend again.
+func (a *API) Enable(w http.ResponseWriter, r *http.Request) error { return a.setDisabled(w, r, false) }
+
+func (a *API) setDisabled(w http.ResponseWriter, r *http.Request, disabled bool) error {
+	id := r.PathValue("id")
+	acct, err := operator.SetDisabled(r.Context(), a.st, id, disabled)
+	if err != nil {
+		return notFound("account", id, err)
 	}
+	a.opts.Log.Info("account disabled flag set", "account", id, "disabled", disabled)
+	v, err := a.accountView(r, acct)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
 }
 
-func (a *API) listKeys(w http.ResponseWriter, r *http.Request) error {
+// ListKeys lists the keys; ?account= one account's.
+func (a *API) ListKeys(w http.ResponseWriter, r *http.Request) error {
 	account := r.URL.Query().Get("account")
 	keys, err := operator.ListKeys(r.Context(), a.st, account)
 	if err != nil {
@@ -99,7 +106,9 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, list(keys))
 }
 
-func (a *API) createKey(w http.ResponseWriter, r *http.Request) error {
+// CreateKey creates a key with its limits and answers its secret, the
+// only time it is shown.
+func (a *API) CreateKey(w http.ResponseWriter, r *http.Request) error {
 	var req operator.KeyRequest
 	if err := decodeBody(w, r, &req, `{"account_id": "acct_...", "name", "expires", "models", "spend_limit", "rpm", "tpm"}`); err != nil {
 		return err
@@ -112,7 +121,8 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, created)
 }
 
-func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) error {
+// RevokeKey revokes a key.
+func (a *API) RevokeKey(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	k, err := operator.RevokeKey(r.Context(), a.st, "", id, a.opts.Now())
 	if err != nil {
@@ -122,7 +132,8 @@ func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, k)
 }
 
-func (a *API) invite(w http.ResponseWriter, r *http.Request) error {
+// Invite issues an invitation to set the account's console password.
+func (a *API) Invite(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	inv, err := operator.Invite(r.Context(), a.st, id, a.opts.Now())
 	if err != nil {

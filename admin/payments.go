@@ -23,22 +23,13 @@ type Payments interface {
 	Recheck(ctx context.Context, sessionID string) (tollgate.PaymentResult, error)
 }
 
-func (a *API) paymentRoutes() {
-	for pattern, h := range map[string]func(Payments, http.ResponseWriter, *http.Request) error{
-		"GET /admin/v1/payments":                    a.listPayments,
-		"GET /admin/v1/payments/{id}":               a.showPayment,
-		"POST /admin/v1/payments/{id}/recheck":      a.recheck,
-		"GET /admin/v1/payment-events":              a.paymentEvents,
-		"GET /admin/v1/owed":                        a.owed,
-		"POST /admin/v1/accounts/{id}/collect-owed": a.collectOwed,
-	} {
-		a.route(pattern, func(w http.ResponseWriter, r *http.Request) error {
-			if a.opts.Payments == nil {
-				return tollgate.Errorf(tollgate.CodeNotFound, "payments are off (config payments.provider)")
-			}
-			return h(a.opts.Payments, w, r)
-		})
+// payments is Options.Payments, or the error a payment route answers when
+// payments are off.
+func (a *API) payments() (Payments, error) {
+	if a.opts.Payments == nil {
+		return nil, tollgate.Errorf(tollgate.CodeNotFound, "payments are off (config payments.provider)")
 	}
+	return a.opts.Payments, nil
 }
 
 func limitParam(r *http.Request) (int, error) {
@@ -74,7 +65,12 @@ func resultView(r tollgate.PaymentResult) PaymentResultView {
 	return v
 }
 
-func (a *API) listPayments(p Payments, w http.ResponseWriter, r *http.Request) error {
+// ListPayments lists the payments, newest first; ?account= one account's.
+func (a *API) ListPayments(w http.ResponseWriter, r *http.Request) error {
+	p, err := a.payments()
+	if err != nil {
+		return err
+	}
 	n, err := limitParam(r)
 	if err != nil {
 		return err
@@ -86,7 +82,12 @@ func (a *API) listPayments(p Payments, w http.ResponseWriter, r *http.Request) e
 	return writeJSON(w, http.StatusOK, list(ps))
 }
 
-func (a *API) showPayment(p Payments, w http.ResponseWriter, r *http.Request) error {
+// ShowPayment is one payment.
+func (a *API) ShowPayment(w http.ResponseWriter, r *http.Request) error {
+	p, err := a.payments()
+	if err != nil {
+		return err
+	}
 	id := r.PathValue("id")
 	got, err := p.Payment(r.Context(), id)
 	if err != nil {
@@ -95,8 +96,12 @@ func (a *API) showPayment(p Payments, w http.ResponseWriter, r *http.Request) er
 	return writeJSON(w, http.StatusOK, got)
 }
 
-// recheck takes a payment id or a checkout session id.
-func (a *API) recheck(p Payments, w http.ResponseWriter, r *http.Request) error {
+// Recheck takes a payment id or a checkout session id.
+func (a *API) Recheck(w http.ResponseWriter, r *http.Request) error {
+	p, err := a.payments()
+	if err != nil {
+		return err
+	}
 	id := r.PathValue("id")
 	session := id
 	if got, err := p.Payment(r.Context(), id); err == nil {
@@ -115,7 +120,12 @@ func (a *API) recheck(p Payments, w http.ResponseWriter, r *http.Request) error 
 	return writeJSON(w, http.StatusOK, resultView(res))
 }
 
-func (a *API) paymentEvents(p Payments, w http.ResponseWriter, r *http.Request) error {
+// PaymentEvents lists the provider's events; ?problems=true those to look at.
+func (a *API) PaymentEvents(w http.ResponseWriter, r *http.Request) error {
+	p, err := a.payments()
+	if err != nil {
+		return err
+	}
 	n, err := limitParam(r)
 	if err != nil {
 		return err
@@ -127,7 +137,12 @@ func (a *API) paymentEvents(p Payments, w http.ResponseWriter, r *http.Request) 
 	return writeJSON(w, http.StatusOK, list(evs))
 }
 
-func (a *API) owed(p Payments, w http.ResponseWriter, r *http.Request) error {
+// Owed lists the accounts that owe what a refund or dispute could not take.
+func (a *API) Owed(w http.ResponseWriter, r *http.Request) error {
+	p, err := a.payments()
+	if err != nil {
+		return err
+	}
 	o, err := p.OwedAmounts(r.Context())
 	if err != nil {
 		return err
@@ -135,7 +150,12 @@ func (a *API) owed(p Payments, w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, list(o))
 }
 
-func (a *API) collectOwed(p Payments, w http.ResponseWriter, r *http.Request) error {
+// CollectOwed takes what an account owes from its free balance.
+func (a *API) CollectOwed(w http.ResponseWriter, r *http.Request) error {
+	p, err := a.payments()
+	if err != nil {
+		return err
+	}
 	id := r.PathValue("id")
 	res, err := p.CollectOwed(r.Context(), id, a.opts.Now())
 	if err != nil {

@@ -126,7 +126,7 @@ type Health struct {
 	// down, and how many consecutive failed requests eject it. Default 3.
 	FailureThreshold int `yaml:"failure_threshold"`
 
-	// Outlier detection on real requests (relay/outlier.go), independent of
+	// Outlier detection on real requests (routing/outlier.go), independent of
 	// the probes: a node failing FailurePercent of at least MinRequests
 	// requests in Window is ejected too. The k-th ejection lasts
 	// k × EjectionBase, at most EjectionMax; at most MaxEjectedPercent of a

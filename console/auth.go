@@ -17,7 +17,8 @@ type signinData struct {
 	Notice  string
 }
 
-func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) error {
+// SigninForm is the sign-in page.
+func (c *Console) SigninForm(w http.ResponseWriter, r *http.Request) error {
 	v := c.publicView(w, r, "Sign in")
 	v.Data = signinData{Account: r.URL.Query().Get("account")}
 	if r.URL.Query().Get("welcome") != "" {
@@ -26,7 +27,8 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, http.StatusOK, "signin", v)
 }
 
-func (c *Console) signin(w http.ResponseWriter, r *http.Request) error {
+// Signin checks an account's password and opens a session.
+func (c *Console) Signin(w http.ResponseWriter, r *http.Request) error {
 	if err := c.checkFormToken(r); err != nil {
 		return err
 	}
@@ -124,10 +126,10 @@ func retryAfter(until, now time.Time) string {
 	return itoa(int64(s))
 }
 
-// signout ends the session (and revokes its playground key). It answers a
+// Signout ends the session (and revokes its playground key). It answers a
 // POST with the session's CSRF token; without a live session it just goes
 // to the sign-in page.
-func (c *Console) signout(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) Signout(w http.ResponseWriter, r *http.Request) error {
 	ck, err := c.cookie(r, sessionCookie)
 	if err == nil && ck.Value != "" {
 		if !tokensEqual(r.PostFormValue("csrf"), sessionCSRF(ck.Value)) {
@@ -156,10 +158,10 @@ type inviteData struct {
 	When time.Time // when it was used, or expired
 }
 
-// inviteForm shows the form of a live invitation, or says why the link no
+// InviteForm shows the form of a live invitation, or says why the link no
 // longer works. Looking an invitation up does not use it, and a made-up
 // token learns nothing but that it is unknown.
-func (c *Console) inviteForm(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) InviteForm(w http.ResponseWriter, r *http.Request) error {
 	token := r.URL.Query().Get("token")
 	v := c.publicView(w, r, "Set your password")
 	d := inviteData{Token: token}
@@ -185,7 +187,8 @@ func (c *Console) inviteForm(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, status, "invite", v)
 }
 
-func (c *Console) acceptInvite(w http.ResponseWriter, r *http.Request) error {
+// AcceptInvite sets the password an invitation asks for.
+func (c *Console) AcceptInvite(w http.ResponseWriter, r *http.Request) error {
 	if err := c.checkFormToken(r); err != nil {
 		return err
 	}

@@ -4,6 +4,12 @@
 // are rendered on the server with html/template, the stylesheet and the one
 // script are embedded, and every page works without JavaScript except the
 // copy buttons.
+//
+// The package serves pages and does not choose their paths: each page is a
+// method, served through Page (or SignedIn, for an account holder's pages)
+// on the path cmd/tollgate/routes.go declares for it; NotFound answers the
+// rest of /console/. The operator's console (Operator) is the same on the
+// admin listener.
 package console
 
 import (
@@ -60,9 +66,9 @@ type Options struct {
 	Payments Payments
 }
 
-// Prefix is where the console is mounted on the api listener (and the
-// operator's on the admin listener); either also serves GET /favicon.ico,
-// the icon browsers ask every site for.
+// Prefix is the console's root on the api listener (and the operator's on
+// the admin listener): where a sign-in sends the browser, the path of its
+// cookies.
 const Prefix = "/console/"
 
 const (
@@ -92,7 +98,7 @@ type Console struct {
 	st    Store
 	o     Options
 	pages map[string]*template.Template
-	mux   *http.ServeMux
+	files http.Handler // the embedded static files, under /console/static/
 
 	// Sign-in attempts by (account, client), by account, by client; and
 	// invitation attempts by client.
@@ -119,7 +125,7 @@ func New(st Store, o Options) (*Console, error) {
 	if o.Password == (PasswordParams{}) {
 		o.Password = DefaultPasswordParams
 	}
-	c := &Console{st: st, o: o, pages: map[string]*template.Template{}, mux: http.NewServeMux(),
+	c := &Console{st: st, o: o, pages: map[string]*template.Template{},
 		byAccountClient: newAttempts(accountFailures, failureWindow), byAccount: newAttempts(accountFailuresAll, failureWindow),
 		byAddress: newAttempts(addressFailures, failureWindow), invites: newAttempts(addressInvites, failureWindow),
 		hashing: make(hashSlots, max(2, runtime.GOMAXPROCS(0)))}
@@ -139,57 +145,69 @@ func New(st Store, o Options) (*Console, error) {
 		}
 		c.pages[name] = t
 	}
+	if c.files, err = staticFiles(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// staticFiles serves the embedded stylesheet, script and images under
+// /console/static/.
+func staticFiles() (http.Handler, error) {
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		return nil, err
 	}
-	fileServer := http.StripPrefix("/console/static/", http.FileServerFS(static))
-	c.mux.Handle("GET /console/static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		fileServer.ServeHTTP(w, r)
-	}))
-	c.mux.HandleFunc("GET /favicon.ico", favicon)
-	c.mux.HandleFunc("GET /console/signin", c.page(c.signinForm))
-	c.mux.HandleFunc("POST /console/signin", c.page(c.signin))
-	c.mux.HandleFunc("POST /console/signout", c.page(c.signout))
-	c.mux.HandleFunc("GET /console/invite", c.page(c.inviteForm))
-	c.mux.HandleFunc("POST /console/invite", c.page(c.acceptInvite))
-	c.mux.HandleFunc("GET /console/{$}", c.page(c.signedIn(c.overview)))
-	c.mux.HandleFunc("GET /console/keys", c.page(c.signedIn(c.keys)))
-	c.mux.HandleFunc("POST /console/keys", c.page(c.signedIn(c.createKey)))
-	c.mux.HandleFunc("POST /console/keys/{id}/revoke", c.page(c.signedIn(c.revokeKey)))
-	c.mux.HandleFunc("GET /console/activity", c.page(c.signedIn(c.activity)))
-	c.mux.HandleFunc("GET /console/activity.csv", c.page(c.signedIn(c.activityCSV)))
-	c.mux.HandleFunc("GET /console/playground", c.page(c.signedIn(c.playground)))
-	c.mux.HandleFunc("POST /console/playground/key", c.page(c.signedIn(c.playgroundKey)))
-	c.paymentRoutes()
-	c.mux.HandleFunc("/console/", c.page(func(w http.ResponseWriter, r *http.Request) error {
-		return tollgate.Errorf(tollgate.CodeNotFound, "there is no console page %s %s", r.Method, r.URL.Path)
-	}))
-	return c, nil
+	return http.StripPrefix("/console/static/", http.FileServerFS(static)), nil
 }
 
-// favicon serves the console's icon at /favicon.ico, where a browser looks
+// Page serves h as a console page: with the headers every console answer
+// carries, after the check that a form comes from the console's own origin,
+// and with h's error as an HTML page with its code.
+func (c *Console) Page(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.headers(w, r)
+		err := c.sameOrigin(r)
+		if err == nil {
+			err = h(w, r)
+		}
+		if err != nil {
+			c.fail(w, r, err)
+		}
+	})
+}
+
+// SignedIn is Page for a page of a signed-in account holder: without a
+// live session the browser is sent to the sign-in page, and a POST without
+// the session's CSRF token is refused.
+func (c *Console) SignedIn(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return c.Page(c.signedIn(h))
+}
+
+// Static serves the embedded files under /console/static/, which browsers
+// may keep for an hour.
+func (c *Console) Static(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	c.files.ServeHTTP(w, r)
+	return nil
+}
+
+// NotFound answers a path under /console/ that no page is served on.
+func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) error {
+	return tollgate.Errorf(tollgate.CodeNotFound, "there is no console page %s %s", r.Method, r.URL.Path)
+}
+
+// Favicon serves the console's icon at /favicon.ico, where a browser looks
 // for it whatever page it shows.
-func favicon(w http.ResponseWriter, r *http.Request) {
+func Favicon(w http.ResponseWriter, r *http.Request) error {
 	b, err := staticFS.ReadFile("static/favicon.ico")
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "image/x-icon")
 	w.Header().Set("Cache-Control", "public, max-age=86400")
 	_, _ = w.Write(b)
-}
-
-// ServeHTTP sets the headers every console answer carries, then routes.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c.headers(w, r)
-	if err := c.sameOrigin(r); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.mux.ServeHTTP(w, r)
+	return nil
 }
 
 // maxFormBytes bounds a console form's body (the largest is a key's).
@@ -218,15 +236,6 @@ type request struct {
 type ctxKey struct{}
 
 func current(r *http.Request) *request { v, _ := r.Context().Value(ctxKey{}).(*request); return v }
-
-// page turns a handler's error into an HTML error page with its code.
-func (c *Console) page(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			c.fail(w, r, err)
-		}
-	}
-}
 
 // signedIn runs h with the request's session, or sends the browser to the
 // sign-in page. Every POST must carry the session's CSRF token.

@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/postgres"
 	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/routing"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/sqlite"
 )
@@ -38,13 +39,13 @@ import (
 var testCatalog = relay.CatalogSpec{Models: []relay.ModelSpec{
 	{ID: "tg-chat", Kind: tollgate.KindChat, ContextLength: 1000, MaxOutputTokens: 100, Backends: []relay.BackendSpec{
 		{Class: tollgate.ClassNetwork, UpstreamModel: "up", Caps: tollgate.NewCapabilities(tollgate.CapTools, tollgate.CapImageInput),
-			Prices: prices("0.12", "0.40"), Routing: relay.RoutingPrefixCache, PrefixMargin: 6,
+			Prices: prices("0.12", "0.40"), Routing: routing.PrefixCache, PrefixMargin: 6,
 			Nodes: []relay.NodeSpec{{Name: "node-1", URL: "http://127.0.0.1:1/v1", Flavour: openai.VLLM}}},
 		{Class: tollgate.ClassFallback, UpstreamModel: "up2", Prices: prices("2.20", "8.80"),
 			Nodes: []relay.NodeSpec{{Name: "fallback", URL: "http://127.0.0.1:1/v1", Flavour: openai.OpenAI}}},
 	}},
 	{ID: "tg-mini", Kind: tollgate.KindCheap, ContextLength: 1000, MaxOutputTokens: 100, Backends: []relay.BackendSpec{
-		{Class: tollgate.ClassNetwork, UpstreamModel: "up3", Prices: prices("0.02", "0.04"), Routing: relay.RoutingPrefixCache, PrefixMargin: 6,
+		{Class: tollgate.ClassNetwork, UpstreamModel: "up3", Prices: prices("0.02", "0.04"), Routing: routing.PrefixCache, PrefixMargin: 6,
 			Nodes: []relay.NodeSpec{{Name: "node-2", URL: "http://127.0.0.1:2/v1", Flavour: openai.VLLM}}},
 	}},
 }}
@@ -110,7 +111,7 @@ func newEnvStore(t testing.TB, o Options, st testStore) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(con)
+	srv := httptest.NewServer(routes(con))
 	t.Cleanup(srv.Close)
 	e := &env{st: st, opts: o, con: con, srv: srv, clock: clk, cat: cat}
 	e.acct, e.key = e.newAccount(t, "alice", "10")
@@ -131,7 +132,7 @@ func (e *env) restart(t testing.TB, st Store, log *slog.Logger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(con)
+	srv := httptest.NewServer(routes(con))
 	t.Cleanup(srv.Close)
 	e.con, e.srv = con, srv
 }
@@ -652,7 +653,7 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 // port could plant) is not read.
 func TestHostCookiesOverTLS(t *testing.T) {
 	e := newEnv(t, Options{})
-	srv := httptest.NewTLSServer(e.con)
+	srv := httptest.NewTLSServer(routes(e.con))
 	t.Cleanup(srv.Close)
 	e.srv = srv
 	b := e.browser(t)

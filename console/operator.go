@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"html/template"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -70,8 +69,7 @@ type Operator struct {
 	o     OperatorOptions
 	token [32]byte
 	pages map[string]*template.Template
-	mux   *http.ServeMux
-	c     *Console // cookies, client address and rendering
+	c     *Console // headers, cookies, client address and rendering
 
 	mu       sync.Mutex
 	sessions map[tollgate.KeyHash]time.Time // expiry
@@ -111,7 +109,7 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	op := &Operator{st: st, o: o, token: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{}, mux: http.NewServeMux(),
+	op := &Operator{st: st, o: o, token: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{},
 		sessions: map[tollgate.KeyHash]time.Time{}, failures: newAttempts(operatorFailures, failureWindow),
 		c: &Console{o: Options{TrustedProxies: o.TrustedProxies, Log: o.Log, Now: o.Now}, secret: randomSecret()}}
 	for _, name := range []string{"op_signin", "op_accounts", "op_account", "op_service", "op_payments", "error"} {
@@ -122,39 +120,35 @@ func NewOperator(st OperatorStore, o OperatorOptions) (*Operator, error) {
 		op.pages[name] = t
 	}
 	op.c.pages = op.pages
-	static, err := fs.Sub(staticFS, "static")
-	if err != nil {
+	var err error
+	if op.c.files, err = staticFiles(); err != nil {
 		return nil, err
 	}
-	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
-	op.mux.Handle("GET /console/static/", files)
-	op.mux.HandleFunc("GET /favicon.ico", favicon)
-	op.mux.HandleFunc("GET /console/signin", op.c.page(op.signinForm))
-	op.mux.HandleFunc("POST /console/signin", op.c.page(op.signin))
-	op.mux.HandleFunc("POST /console/signout", op.c.page(op.signedIn(op.signout)))
-	op.mux.HandleFunc("GET /console/{$}", op.c.page(op.signedIn(op.accounts)))
-	op.mux.HandleFunc("POST /console/accounts", op.c.page(op.signedIn(op.createAccount)))
-	op.mux.HandleFunc("GET /console/accounts/{id}", op.c.page(op.signedIn(op.account)))
-	op.mux.HandleFunc("POST /console/accounts/{id}/{action}", op.c.page(op.signedIn(op.accountAction)))
-	op.mux.HandleFunc("GET /console/service", op.c.page(op.signedIn(op.service)))
-	op.mux.HandleFunc("POST /console/service/audit", op.c.page(op.signedIn(op.runAudit)))
-	if o.Payments != nil {
-		op.mux.HandleFunc("GET /console/payments", op.c.page(op.signedIn(op.payments)))
-		op.mux.HandleFunc("POST /console/payments/{id}/recheck", op.c.page(op.signedIn(op.recheck)))
-	}
-	op.mux.HandleFunc("/console/", op.c.page(func(w http.ResponseWriter, r *http.Request) error {
-		return tollgate.Errorf(tollgate.CodeNotFound, "there is no operator page %s %s", r.Method, r.URL.Path)
-	}))
 	return op, nil
 }
 
-func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	op.c.headers(w, r)
-	if err := op.c.sameOrigin(r); err != nil {
-		op.c.fail(w, r, err)
-		return
-	}
-	op.mux.ServeHTTP(w, r)
+// Page serves h as an operator's page, as Console.Page does.
+func (op *Operator) Page(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return op.c.Page(h)
+}
+
+// SignedIn is Page for a page of a signed-in operator: without a live
+// session the browser is sent to the sign-in page, and a POST without the
+// session's CSRF token is refused.
+func (op *Operator) SignedIn(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return op.c.Page(op.signedIn(h))
+}
+
+// Static serves the embedded files under /console/static/.
+func (op *Operator) Static(w http.ResponseWriter, r *http.Request) error {
+	op.c.files.ServeHTTP(w, r)
+	return nil
+}
+
+// NotFound answers a path under /console/ that no operator's page is
+// served on.
+func (op *Operator) NotFound(w http.ResponseWriter, r *http.Request) error {
+	return tollgate.Errorf(tollgate.CodeNotFound, "there is no operator page %s %s", r.Method, r.URL.Path)
 }
 
 type opRequest struct{ token string }
@@ -197,15 +191,16 @@ func (op *Operator) render(w http.ResponseWriter, status int, page string, v *vi
 	return op.c.render(w, status, page, v)
 }
 
-func (op *Operator) signinForm(w http.ResponseWriter, r *http.Request) error {
+// SigninForm is the operator's sign-in page.
+func (op *Operator) SigninForm(w http.ResponseWriter, r *http.Request) error {
 	v := op.c.publicView(w, r, "Operator sign-in")
 	v.Operator = true
 	return op.render(w, http.StatusOK, "op_signin", v)
 }
 
-// signin compares the SHA-256 of the presented token with the configured
+// Signin compares the SHA-256 of the presented token with the configured
 // one's in constant time, like the admin API.
-func (op *Operator) signin(w http.ResponseWriter, r *http.Request) error {
+func (op *Operator) Signin(w http.ResponseWriter, r *http.Request) error {
 	if err := op.c.checkFormToken(r); err != nil {
 		return err
 	}
@@ -242,7 +237,8 @@ func (op *Operator) signin(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (op *Operator) signout(w http.ResponseWriter, r *http.Request) error {
+// Signout ends the operator's session.
+func (op *Operator) Signout(w http.ResponseWriter, r *http.Request) error {
 	op.mu.Lock()
 	delete(op.sessions, tollgate.HashKey(opCurrent(r).token))
 	op.mu.Unlock()
@@ -282,9 +278,9 @@ func (op *Operator) row(ctx context.Context, a tollgate.Account) (opAccountRow, 
 	return row, nil
 }
 
-// accounts lists the accounts, newest first, 50 a page; q matches the id
+// Accounts lists the accounts, newest first, 50 a page; q matches the id
 // or the name, ignoring case.
-func (op *Operator) accounts(w http.ResponseWriter, r *http.Request) error {
+func (op *Operator) Accounts(w http.ResponseWriter, r *http.Request) error {
 	return op.renderAccounts(w, r, http.StatusOK, nil, nil)
 }
 
@@ -327,7 +323,8 @@ func (op *Operator) renderAccounts(w http.ResponseWriter, r *http.Request, statu
 	return op.render(w, status, "op_accounts", v)
 }
 
-func (op *Operator) createAccount(w http.ResponseWriter, r *http.Request) error {
+// CreateAccount creates an account and shows its page.
+func (op *Operator) CreateAccount(w http.ResponseWriter, r *http.Request) error {
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	if name == "" {
 		return op.renderAccounts(w, r, http.StatusBadRequest, nil, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "name", "an account needs a name"))
@@ -370,7 +367,8 @@ var doneNotices = map[string]string{
 	"audit":   "Audit run.",
 }
 
-func (op *Operator) account(w http.ResponseWriter, r *http.Request) error {
+// Account is one account's page.
+func (op *Operator) Account(w http.ResponseWriter, r *http.Request) error {
 	return op.renderAccount(w, r, http.StatusOK, opAccountData{}, nil)
 }
 
@@ -406,8 +404,8 @@ func (op *Operator) renderAccount(w http.ResponseWriter, r *http.Request, status
 	return op.render(w, status, "op_account", v)
 }
 
-// accountAction is credit, debit, disable, enable or invite.
-func (op *Operator) accountAction(w http.ResponseWriter, r *http.Request) error {
+// AccountAction is credit, debit, disable, enable or invite.
+func (op *Operator) AccountAction(w http.ResponseWriter, r *http.Request) error {
 	id, action := r.PathValue("id"), r.PathValue("action")
 	ctx := r.Context()
 	if _, err := op.st.Account(ctx, id); errors.Is(err, tollgate.ErrNotFound) {
@@ -472,7 +470,8 @@ type opServiceData struct {
 	Audit          *auditRun
 }
 
-func (op *Operator) service(w http.ResponseWriter, r *http.Request) error {
+// Service is the service page: nodes, traffic share, the audit.
+func (op *Operator) Service(w http.ResponseWriter, r *http.Request) error {
 	v := op.view(r, "Service", "service")
 	if r.URL.Query().Get("done") == "audit" {
 		v.Notice = doneNotices["audit"]
@@ -526,7 +525,8 @@ func (op *Operator) renderService(w http.ResponseWriter, r *http.Request, v *vie
 	return op.render(w, http.StatusOK, "op_service", v)
 }
 
-func (op *Operator) runAudit(w http.ResponseWriter, r *http.Request) error {
+// RunAudit runs the audit of the books and shows the service page.
+func (op *Operator) RunAudit(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	rep, err := billing.RunAudit(r.Context(), op.st, op.o.Now(), op.o.AuditGrace, tollgate.AuditFromConsole)
 	if errors.Is(err, billing.ErrAuditNotRecorded) {

@@ -32,7 +32,7 @@ func newOperator(t *testing.T, e *env, token string, set ...func(*OperatorOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(op)
+	srv := httptest.NewServer(operatorRoutes(op))
 	t.Cleanup(srv.Close)
 	b := e.browser(t)
 	b.e = &env{srv: srv, st: e.st, clock: e.clock}
@@ -263,7 +263,8 @@ func TestOperatorServiceShowsTheLastAuditFromAnywhere(t *testing.T) {
 		t.Fatalf("service page after a CLI audit, want %q:\n%s", want, p.body)
 	}
 
-	api := httptest.NewServer(admin.New(e.st, admin.Options{Token: adminToken, Now: e.clock.now}))
+	adm := admin.New(e.st, admin.Options{Token: adminToken, Now: e.clock.now})
+	api := httptest.NewServer(adm.Authorized(adm.Audit))
 	defer api.Close()
 	req, _ := http.NewRequest("GET", api.URL+"/admin/v1/audit", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)

@@ -58,9 +58,9 @@ type opPaymentsData struct {
 	Owed   []tollgate.Owed
 }
 
-// payments lists the payment events to look at (failed, unmatched, a
+// Payments lists the payment events to look at (failed, unmatched, a
 // mismatch, an unknown or disabled account) and the accounts that owe.
-func (op *Operator) payments(w http.ResponseWriter, r *http.Request) error {
+func (op *Operator) Payments(w http.ResponseWriter, r *http.Request) error {
 	var d opPaymentsData
 	var err error
 	if d.Events, err = op.o.Payments.PaymentEvents(r.Context(), true, opEvents); err != nil {
@@ -74,10 +74,10 @@ func (op *Operator) payments(w http.ResponseWriter, r *http.Request) error {
 	return op.render(w, http.StatusOK, "op_payments", v)
 }
 
-// recheck asks the provider for a payment's checkout session and credits
+// Recheck asks the provider for a payment's checkout session and credits
 // it if it is paid and was not credited (a webhook that never came). It
 // is safe to repeat: a payment is credited at most once.
-func (op *Operator) recheck(w http.ResponseWriter, r *http.Request) error {
+func (op *Operator) Recheck(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	p, err := op.o.Payments.Payment(r.Context(), id)
 	if errors.Is(err, tollgate.ErrNotFound) {

@@ -40,7 +40,8 @@ type modelSpend struct {
 	Cost     tollgate.Amount
 }
 
-func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
+// Overview is the signed-in account's home page.
+func (c *Console) Overview(w http.ResponseWriter, r *http.Request) error {
 	req := current(r)
 	ctx := r.Context()
 	var d overviewData
@@ -213,7 +214,8 @@ func (c *Console) keysData(r *http.Request) (keysData, error) {
 	return d, nil
 }
 
-func (c *Console) keys(w http.ResponseWriter, r *http.Request) error {
+// Keys lists the account's keys, with the form to create one.
+func (c *Console) Keys(w http.ResponseWriter, r *http.Request) error {
 	d, err := c.keysData(r)
 	if err != nil {
 		return err
@@ -223,10 +225,10 @@ func (c *Console) keys(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, http.StatusOK, "keys", v)
 }
 
-// createKey makes a key with the admin API's rules and shows its secret in
+// CreateKey makes a key with the admin API's rules and shows its secret in
 // the answer to the POST, the only time it is shown (never in a redirect's
 // URL, never stored).
-func (c *Console) createKey(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) CreateKey(w http.ResponseWriter, r *http.Request) error {
 	req := current(r)
 	form := keyForm{Name: r.PostFormValue("name"), Expires: strings.TrimSpace(r.PostFormValue("expires")),
 		SpendLimit: strings.TrimSpace(r.PostFormValue("spend_limit")), RPM: strings.TrimSpace(r.PostFormValue("rpm")),
@@ -276,9 +278,9 @@ func (c *Console) newKey(r *http.Request, accountID string, f keyForm) (operator
 	return operator.CreateKey(r.Context(), c.st, kr, c.models(), c.o.Now())
 }
 
-// revokeKey revokes one of the signed-in account's keys; another account's
+// RevokeKey revokes one of the signed-in account's keys; another account's
 // key id is not found, whether or not it exists.
-func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) RevokeKey(w http.ResponseWriter, r *http.Request) error {
 	req := current(r)
 	id := r.PathValue("id")
 	if _, err := operator.RevokeKey(r.Context(), c.st, req.account.ID, id, c.o.Now()); errors.Is(err, tollgate.ErrNotFound) {
@@ -350,7 +352,8 @@ func (c *Console) activityFilter(r *http.Request) (activityFilter, tollgate.Usag
 	return f, uf, err
 }
 
-func (c *Console) activity(w http.ResponseWriter, r *http.Request) error {
+// Activity is the account's spending, filtered.
+func (c *Console) Activity(w http.ResponseWriter, r *http.Request) error {
 	req := current(r)
 	f, uf, err := c.activityFilter(r)
 	if err != nil {
@@ -394,9 +397,9 @@ func (c *Console) activity(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, http.StatusOK, "activity", v)
 }
 
-// activityCSV is the filtered charges summed by day, key, model and backend,
+// ActivityCSV is the filtered charges summed by day, key, model and backend,
 // in the columns of `tollgate usage --by key,model,backend --period day --csv`.
-func (c *Console) activityCSV(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) ActivityCSV(w http.ResponseWriter, r *http.Request) error {
 	_, uf, err := c.activityFilter(r)
 	if err != nil {
 		return err

@@ -29,16 +29,6 @@ type Payments interface {
 // paymentsShown is how many payments the page lists (and the CSV holds).
 const paymentsShown = 1000
 
-func (c *Console) paymentRoutes() {
-	if c.o.Payments == nil {
-		return
-	}
-	c.mux.HandleFunc("GET /console/payments", c.page(c.signedIn(c.paymentsPage)))
-	c.mux.HandleFunc("POST /console/payments", c.page(c.signedIn(c.checkout)))
-	c.mux.HandleFunc("GET /console/payments.csv", c.page(c.signedIn(c.paymentsCSV)))
-	c.mux.HandleFunc("POST /console/payments/auto-topup", c.page(c.signedIn(c.setAutoTopUp)))
-}
-
 type paymentsData struct {
 	Min, Max    tollgate.Amount
 	FeePercent  tollgate.Amount
@@ -71,11 +61,11 @@ func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
 	return d, nil
 }
 
-// paymentsPage lists the account's payments, with the form to add credit.
+// Payments lists the account's payments, with the form to add credit.
 // ?amount= shows what that credit costs (the fee) before paying;
 // ?payment= is where the provider's page sends the holder back: that
 // payment's state, refreshed while it is pending.
-func (c *Console) paymentsPage(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) Payments(w http.ResponseWriter, r *http.Request) error {
 	// The payment the page returns to is read before the list: a credit
 	// that lands between the two reads then shows as pending above a
 	// credited row, and the page refreshes, rather than as credited above
@@ -130,11 +120,11 @@ func (c *Console) pageError(w http.ResponseWriter, v *view, err error) error {
 	return c.render(w, statusOf(te.Code), "payments", v)
 }
 
-// checkout starts a payment and sends the browser to the provider's page.
+// Checkout starts a payment and sends the browser to the provider's page.
 // The answer is a page that goes there itself (a redirect after a form
 // would be refused by the console's form-action policy, which allows only
 // the console's own origin).
-func (c *Console) checkout(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) Checkout(w http.ResponseWriter, r *http.Request) error {
 	v := c.accountView(r, "Payments", "payments")
 	amount := r.PostFormValue("amount")
 	quote, qerr := c.quote(amount)
@@ -157,8 +147,8 @@ func (c *Console) checkout(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, http.StatusOK, "payments", v)
 }
 
-// paymentsCSV is the account's payments as CSV.
-func (c *Console) paymentsCSV(w http.ResponseWriter, r *http.Request) error {
+// PaymentsCSV is the account's payments as CSV.
+func (c *Console) PaymentsCSV(w http.ResponseWriter, r *http.Request) error {
 	ps, err := c.o.Payments.Payments(r.Context(), current(r).account.ID, paymentsShown)
 	if err != nil {
 		return err
@@ -185,9 +175,9 @@ func (c *Console) paymentsCSV(w http.ResponseWriter, r *http.Request) error {
 	return cw.Error()
 }
 
-// setAutoTopUp turns the account's auto top-up on or off: "when the free
+// SetAutoTopUp turns the account's auto top-up on or off: "when the free
 // balance falls below threshold, add amount" to the card a checkout saved.
-func (c *Console) setAutoTopUp(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) SetAutoTopUp(w http.ResponseWriter, r *http.Request) error {
 	d, err := c.paymentsData(r)
 	if err != nil {
 		return err

@@ -33,7 +33,8 @@ type playgroundModel struct {
 	Tools, Images bool
 }
 
-func (c *Console) playground(w http.ResponseWriter, r *http.Request) error {
+// Playground is the page that chats with a model.
+func (c *Console) Playground(w http.ResponseWriter, r *http.Request) error {
 	var d playgroundData
 	if c.o.Catalog != nil {
 		for _, m := range c.o.Catalog().Models {
@@ -53,9 +54,9 @@ func (c *Console) playground(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, http.StatusOK, "playground", v)
 }
 
-// playgroundKey creates the session's playground key and answers its secret
+// PlaygroundKey creates the session's playground key and answers its secret
 // as JSON to the page's script (the CSRF token comes in X-CSRF-Token).
-func (c *Console) playgroundKey(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) PlaygroundKey(w http.ResponseWriter, r *http.Request) error {
 	req := current(r)
 	now := c.o.Now().UTC().Truncate(time.Microsecond)
 	secret := tollgate.NewKeySecret()

@@ -128,7 +128,7 @@ func (c BillingCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descJournaled, float64(s.Journaled))
 }
 
-// PrefixStat is prefix-cache routing as a scrape sees it (relay.PrefixStats).
+// PrefixStat is prefix-cache routing as a scrape sees it (relay.Relay.PrefixStats).
 type PrefixStat struct {
 	Hits, Fallbacks, Misses     int64 // requests routed by prefix_cache, by outcome
 	PromptBlocks, MatchedBlocks int64 // their prompts' blocks, and those the chosen node held

@@ -1,5 +1,5 @@
 // Package relay carries one chat-completion request on its journey: model
-// lookup, capability checks, routing to one backend, the upstream call,
+// lookup, capability checks, routing to one backend (package routing), the upstream call,
 // normalising the answer, and accounting (usage, cost, traffic share).
 package relay
 
@@ -11,11 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/routing"
 	"github.com/tollgate/tollgate/upstream"
 )
 
@@ -52,51 +50,42 @@ type Backend struct {
 	Prices        tollgate.Prices
 	Nodes         []*Node
 	// Routing is how a network backend spreads requests over its nodes
-	// (RoutingLeastOutstanding, RoutingPrefixCache or RoutingRoundRobin), and
-	// PrefixMargin the requests in flight the node with the longest
-	// matching prefix may have beyond the least loaded node's (prefix.go).
+	// (routing.LeastOutstanding, routing.PrefixCache or routing.RoundRobin),
+	// and PrefixMargin the requests in flight the node with the longest
+	// matching prefix may have beyond the least loaded node's (routing/prefix.go).
 	Routing      string
 	PrefixMargin int64
 }
 
-// Node is one upstream server. Its health and load are shared by every
-// backend that points at the same URL, so a GPU box serving two models is
-// one node with one health state.
-type Node struct {
-	Name          string
-	BaseURL       string // with /v1, without trailing slash
-	HealthURL     string
-	Key           string
-	Flavour       openai.Flavour
-	Class         tollgate.BackendClass
-	MaxConcurrent int64 // 0: unlimited
+// Policy is b's routing policy (routing.Backend).
+func (b *Backend) Policy() routing.Policy {
+	return routing.Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin, Model: b.UpstreamModel}
+}
 
-	inflight atomic.Int64
-	health   nodeHealth
-	// Counted since start, for metrics: failed requests and probes, and
-	// times the node was taken out of rotation (down or ejected).
-	failedTotal, takenOut atomic.Int64
-	authOnce              sync.Once
-	authHdr               []string
-	nameOnce              sync.Once
-	nameHdr               []string // X-Tollgate-Node's value, shared by every response
-	h1Once                sync.Once
-	h1                    atomic.Pointer[upstream.Pool] // the node's client for chat requests (package upstream)
-	probeOnce             sync.Once
-	probePool             atomic.Pointer[upstream.Pool] // the same client, for its health URL (health.go)
-	// prefix records the prompt prefixes recently sent to the node, for
-	// prefix-cache routing (prefix.go). It goes with the node: a node the
-	// config removes or replaces takes its index with it.
-	prefix prefixIndex
-	// routeID names the node in rendezvous hashing: a hash of its URL, the
-	// same on every instance (prefix.go).
-	routeID uint64
-	// kv is the node's KV-cache event stream when it publishes one (nil:
-	// none); closed when a reload drops the node.
-	kv                   *kvevents.Subscriber
-	tok                  *kvevents.Tokenizer // a vllm node's /tokenize, for kv's keys (nil: none)
-	kvEndpoint, kvReplay string
-	kvBlocks             int // the bound of kv's index
+// Members are b's nodes (routing.Backend).
+func (b *Backend) Members() []*Node { return b.Nodes }
+
+// Node is one upstream server. Its health and load (the embedded
+// routing.Node, with MaxConcurrent) are shared by every backend that points
+// at the same URL, so a GPU box serving two models is one node with one
+// health state.
+type Node struct {
+	Name      string
+	BaseURL   string // with /v1, without trailing slash
+	HealthURL string
+	Key       string
+	Flavour   openai.Flavour
+	Class     tollgate.BackendClass
+	routing.Node
+
+	authOnce  sync.Once
+	authHdr   []string
+	nameOnce  sync.Once
+	nameHdr   []string // X-Tollgate-Node's value, shared by every response
+	h1Once    sync.Once
+	h1        atomic.Pointer[upstream.Pool] // the node's client for chat requests (package upstream)
+	probeOnce sync.Once
+	probePool atomic.Pointer[upstream.Pool] // the same client, for its health URL (health.go)
 }
 
 // Dials is how many connections the node's client has opened for chat
@@ -143,18 +132,6 @@ func (c *Catalog) Nodes() []*Node {
 	return out
 }
 
-// Routing policies of a network backend (BackendSpec.Routing).
-const (
-	// RoutingLeastOutstanding sends a request to the able node with the
-	// fewest requests in flight; "" means the same.
-	RoutingLeastOutstanding = "least_outstanding"
-	// RoutingPrefixCache prefers the node that was sent the longest prefix
-	// of the prompt, within PrefixMargin requests of the least loaded (prefix.go).
-	RoutingPrefixCache = "prefix_cache"
-	// RoutingRoundRobin takes the able nodes in turn whatever their load.
-	RoutingRoundRobin = "round_robin"
-)
-
 // CatalogSpec is what a catalogue is built from: checked values, defaults
 // applied (cmd/tollgate builds it from the config's models: and search:).
 type CatalogSpec struct {
@@ -183,7 +160,7 @@ type BackendSpec struct {
 	UpstreamModel string
 	Caps          tollgate.Capabilities
 	Prices        tollgate.Prices
-	Routing       string // a Routing constant
+	Routing       string // routing.LeastOutstanding, routing.PrefixCache or routing.RoundRobin
 	PrefixMargin  int64
 	// PrefixIndexTokens and PrefixTTL bound each node's prefix index
 	// (prefix_cache routing; 0: the defaults).
@@ -201,7 +178,7 @@ type NodeSpec struct {
 	MaxConcurrent int64  // 0: unlimited
 	HealthURL     string // "": the flavour's
 	// KVEvents is the node's KV-cache event socket (tcp://host:port, ""
-	// none) and KVEventsReplay its replay socket (prefix.go, kvevents).
+	// none) and KVEventsReplay its replay socket (routing/prefix.go, kvevents).
 	KVEvents, KVEventsReplay string
 }
 
@@ -245,13 +222,14 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 				}
 				n := nodes[key]
 				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL ||
-					n.kvEndpoint != nc.KVEvents || n.kvReplay != nc.KVEventsReplay) {
+					!n.sameEvents(nc.KVEvents, nc.KVEventsReplay)) {
 					// Requests in flight read the previous node without a lock:
 					// changed settings make a new node instead of a write.
 					n = nil
 				}
 				if n == nil {
-					n = &Node{Name: nc.Name, BaseURL: base, Key: nc.Key, Flavour: nc.Flavour, Class: bc.Class, routeID: nodeRouteID(base)}
+					n = &Node{Name: nc.Name, BaseURL: base, Key: nc.Key, Flavour: nc.Flavour, Class: bc.Class}
+					n.Init(base)
 					nodes[key] = n
 					fresh[n] = true
 				}
@@ -260,14 +238,13 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 					n.Flavour = nc.Flavour
 					n.HealthURL = healthURL
 				}
-				if b.Routing == RoutingPrefixCache {
-					n.prefix.configure(bc.PrefixIndexTokens, bc.PrefixTTL)
+				if b.Routing == routing.PrefixCache {
+					n.ConfigurePrefix(bc.PrefixIndexTokens, bc.PrefixTTL)
 					if fresh[n] && nc.KVEvents != "" {
 						// The relay subscribes (Relay.startEvents). The index of
 						// the node's events is bounded like the prefix index:
 						// prefix_index_tokens, 16 tokens a block.
-						n.kvEndpoint, n.kvReplay = nc.KVEvents, nc.KVEventsReplay
-						n.kvBlocks = int(cmp.Or(bc.PrefixIndexTokens, DefaultPrefixIndexTokens) / kvevents.BlockTokens)
+						n.SetEvents(nc.KVEvents, nc.KVEventsReplay, bc.PrefixIndexTokens)
 					}
 				}
 				b.Nodes = append(b.Nodes, n)
@@ -281,9 +258,11 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 	return c
 }
 
-// nodeRouteID is a node's name in rendezvous hashing: its URL (the same on
-// every instance of one configuration).
-func nodeRouteID(base string) uint64 { return xxhash.Sum64String(base) }
+// sameEvents reports whether n follows the KV-cache events of these sockets.
+func (n *Node) sameEvents(endpoint, replay string) bool {
+	e, r := n.Events()
+	return e == endpoint && r == replay
+}
 
 // defaultHealthURL is each flavour's liveness endpoint. vLLM, SGLang and
 // llama.cpp serve /health at the root (llama.cpp answers 503 while loading);
@@ -298,116 +277,6 @@ func defaultHealthURL(base string, f openai.Flavour) string {
 	default:
 		return base + "/models"
 	}
-}
-
-// nodeHealth is a node's state. Two things can keep a node out of
-// rotation, each on its own evidence:
-//   - down: the node is unreachable (failed probes, or a refused connection).
-//     It comes back on the first good probe after its backoff.
-//   - ejected: real requests fail on it (outlier detection, outlier.go),
-//     whatever its probe says. It comes back when the ejection time passes;
-//     a good probe neither ends an ejection nor resets its counters.
-type nodeHealth struct {
-	mu        sync.Mutex
-	down      atomic.Bool
-	failures  atomic.Int64 // consecutive failed probes; written under mu, read without it by reportReachable's fast path
-	backoff   time.Duration
-	downUntil time.Time
-
-	outlier outlierState
-}
-
-// Healthy reports whether the node is up by its probes (it may still be
-// ejected for failing real requests: see Ejected).
-func (n *Node) Healthy() bool { return !n.health.down.Load() }
-
-// Failures is the node's count of failures in a row (0 after a success).
-func (n *Node) Failures() int64 { return n.health.failures.Load() }
-
-// Inflight is the number of requests the node is serving now.
-func (n *Node) Inflight() int64 { return n.inflight.Load() }
-
-// tryAcquire takes one slot if the node has capacity.
-func (n *Node) tryAcquire() bool {
-	for {
-		cur := n.inflight.Load()
-		if n.MaxConcurrent > 0 && cur >= n.MaxConcurrent {
-			return false
-		}
-		if n.inflight.CompareAndSwap(cur, cur+1) {
-			return true
-		}
-	}
-}
-
-func (n *Node) release() { n.inflight.Add(-1) }
-
-// HealthPolicy holds the thresholds and backoffs of health checking: the
-// probes' (FailureThreshold, BackoffMin, BackoffMax) and outlier detection's
-// on real requests (config: health.*, docs/config.md).
-type HealthPolicy struct {
-	FailureThreshold int // consecutive failed probes, or failed requests, that take a node out
-	BackoffMin       time.Duration
-	BackoffMax       time.Duration
-
-	FailurePercent    int           // share of failed requests in Window that ejects, 1-100
-	Window            time.Duration // the sliding window of FailurePercent
-	MinRequests       int           // requests in Window before FailurePercent applies
-	EjectionBase      time.Duration // first ejection; the k-th lasts k × EjectionBase
-	EjectionMax       time.Duration // cap of one ejection
-	MaxEjectedPercent int           // share of a backend's nodes ejected at once, 0-100
-}
-
-// reportReachable records a good probe: the node is up and its probe failures
-// reset. Outlier state (ejection, failed requests) is not touched.
-func (n *Node) reportReachable() {
-	if !n.health.down.Load() && n.health.failures.Load() == 0 {
-		return // fast path without the lock
-	}
-	n.health.mu.Lock()
-	n.health.failures.Store(0)
-	n.health.backoff = 0
-	n.health.down.Store(false)
-	n.health.mu.Unlock()
-}
-
-// reportUnreachable records a failed probe; immediate (a refused connection,
-// probe or request) takes the node down now.
-func (n *Node) reportUnreachable(p HealthPolicy, immediate bool, now time.Time) {
-	n.failedTotal.Add(1)
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
-	failures := n.health.failures.Add(1)
-	if !immediate && failures < int64(p.FailureThreshold) {
-		return
-	}
-	if n.health.down.Load() {
-		return
-	}
-	if n.health.backoff == 0 {
-		n.health.backoff = p.BackoffMin
-	} else {
-		n.health.backoff = min(2*n.health.backoff, p.BackoffMax)
-	}
-	n.health.downUntil = now.Add(n.health.backoff)
-	n.health.down.Store(true)
-	n.takenOut.Add(1)
-}
-
-// probeDue reports whether a down node's backoff has passed (time for a probe).
-func (n *Node) probeDue(now time.Time) bool {
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
-	return n.health.down.Load() && !now.Before(n.health.downUntil)
-}
-
-// probeFailed extends the backoff after a failed probe of a down node.
-func (n *Node) probeFailed(p HealthPolicy, now time.Time) {
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
-	n.health.backoff = min(max(2*n.health.backoff, p.BackoffMin), p.BackoffMax)
-	n.health.downUntil = now.Add(n.health.backoff)
-	n.health.down.Store(true)
 }
 
 func (n *Node) String() string { return fmt.Sprintf("%s node %s", n.Class, n.Name) }

@@ -36,7 +36,7 @@ func (r *Relay) ProbeAll(ctx context.Context, timeout time.Duration) {
 	var wg sync.WaitGroup
 	now := r.now()
 	for _, n := range r.Catalog().Nodes() {
-		if !n.Healthy() && !n.probeDue(now) {
+		if !n.Healthy() && !n.ProbeDue(now) {
 			continue
 		}
 		wg.Add(1)
@@ -45,11 +45,11 @@ func (r *Relay) ProbeAll(ctx context.Context, timeout time.Duration) {
 			ok := r.probe(ctx, n, timeout)
 			switch {
 			case ok:
-				n.reportReachable()
+				n.Reachable()
 			case n.Healthy():
-				n.reportUnreachable(r.opts.Health, false, r.now())
+				n.Unreachable(r.opts.Health, false, r.now())
 			default:
-				n.probeFailed(r.opts.Health, r.now())
+				n.ProbeFailed(r.opts.Health, r.now())
 			}
 		}()
 	}
@@ -103,8 +103,8 @@ func (r *Relay) runPassiveRecovery(ctx context.Context) {
 		}
 		now := r.now()
 		for _, n := range r.Catalog().Nodes() {
-			if !n.Healthy() && n.probeDue(now) {
-				n.reportReachable()
+			if !n.Healthy() && n.ProbeDue(now) {
+				n.Reachable()
 			}
 		}
 	}

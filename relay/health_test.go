@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/routing"
 )
 
 // Health probes go through the nodes' own client (package upstream), as chat
@@ -36,7 +37,7 @@ func TestProbesUseTheNodesClient(t *testing.T) {
 	defer ts.Close()
 	n := &Node{Name: "n", BaseURL: ts.URL + "/v1", HealthURL: ts.URL + "/health", Key: "k1", Class: tollgate.ClassNetwork}
 	r := New(&Catalog{Models: []*Model{{ID: "m", Backends: []*Backend{{Class: tollgate.ClassNetwork, Nodes: []*Node{n}}}}}},
-		Options{Health: HealthPolicy{FailureThreshold: 1, BackoffMin: time.Hour}}, Deps{})
+		Options{Health: routing.HealthPolicy{FailureThreshold: 1, BackoffMin: time.Hour}}, Deps{})
 	for range 3 {
 		r.ProbeAll(context.Background(), time.Second)
 	}

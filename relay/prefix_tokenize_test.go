@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/kvevents"
+	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -21,9 +23,9 @@ type kvFleet struct {
 	r     *Relay
 }
 
-// newKVFleet starts the nodes; wrap, when set, stands in front of each
-// node's HTTP server.
-func newKVFleet(t *testing.T, wrap func(http.Handler) http.Handler) *kvFleet {
+// newKVFleet starts the nodes; wrap, when set, stands in front of node i's
+// HTTP server.
+func newKVFleet(t *testing.T, wrap func(i int, h http.Handler) http.Handler) *kvFleet {
 	t.Helper()
 	f := &kvFleet{}
 	var specs []NodeSpec
@@ -37,7 +39,7 @@ func newKVFleet(t *testing.T, wrap func(http.Handler) http.Handler) *kvFleet {
 		t.Cleanup(pub.Close)
 		var h http.Handler = sim
 		if wrap != nil {
-			h = wrap(sim)
+			h = wrap(i, sim)
 		}
 		ts := httptest.NewServer(h)
 		t.Cleanup(ts.Close)
@@ -59,6 +61,21 @@ func newKVFleet(t *testing.T, wrap func(http.Handler) http.Handler) *kvFleet {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return f
+}
+
+// kvTurn is conversation c's turn (1-based): a shared system prompt, then
+// questions and answers of a few hundred bytes.
+func kvTurn(c, turn int) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, `[{"role":"system","content":"You are a gateway's support assistant. %s"}`, strings.Repeat("Be brief. ", 40))
+	for i := 0; i < turn; i++ {
+		fmt.Fprintf(&b, `,{"role":"user","content":"conversation %d question %d %s"}`, c, i, strings.Repeat("q", 300))
+		if i < turn-1 {
+			fmt.Fprintf(&b, `,{"role":"assistant","content":"answer %d %s"}`, i, strings.Repeat("a", 300))
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
 }
 
 // askSim sends a chat request to a node directly (not through tollgate).
@@ -124,16 +141,16 @@ func (f *kvFleet) waitEvents(t *testing.T) {
 // tollgate instance may have sent it there).
 func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 	f := newKVFleet(t, nil)
-	home := f.ask(t, turnOf(7, 1))
+	home := f.ask(t, kvTurn(7, 1))
 	other := (home + 1) % 3
-	askSim(t, f.sims[other], string(turnOf(7, 2)))
+	askSim(t, f.sims[other], string(kvTurn(7, 2)))
 	f.sims[home].ClearCache()
 	f.waitEvents(t)
 	calls := f.tokenizeCalls()
 	if calls != 0 {
 		t.Fatalf("%d /tokenize calls for a conversation's opening (no node can hold more of it)", calls)
 	}
-	if got := f.ask(t, turnOf(7, 3)); got != other {
+	if got := f.ask(t, kvTurn(7, 3)); got != other {
 		t.Fatalf("turn 3 went to n%d; the node holding turn 2 by its events is n%d (home n%d)", got, other, home)
 	}
 	if got := f.tokenizeCalls(); got != calls+1 {
@@ -161,9 +178,11 @@ func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 // which this instance's index says served the conversation, and after
 // three refusals a node is not asked.
 func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
-	f := newKVFleet(t, func(h http.Handler) http.Handler {
+	var asked [3]atomic.Int64
+	f := newKVFleet(t, func(i int, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/tokenize" {
+				asked[i].Add(1)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusNotFound)
 				w.Write([]byte(`{"detail":"Not Found"}`))
@@ -172,27 +191,24 @@ func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	})
-	home := f.ask(t, turnOf(7, 1))
-	if got := f.ask(t, turnOf(7, 2)); got != home {
+	home := f.ask(t, kvTurn(7, 1))
+	if got := f.ask(t, kvTurn(7, 2)); got != home {
 		t.Fatalf("turn 2 went to n%d, turn 1 to n%d", got, home)
 	}
 	other := (home + 1) % 3
-	askSim(t, f.sims[other], string(turnOf(7, 3)))
+	askSim(t, f.sims[other], string(kvTurn(7, 3)))
 	f.sims[home].ClearCache()
 	f.waitEvents(t)
-	if got := f.ask(t, turnOf(7, 4)); got != home {
+	if got := f.ask(t, kvTurn(7, 4)); got != home {
 		t.Fatalf("turn 4 went to n%d; without token ids the index's home n%d takes it", got, home)
 	}
 	// Each node is asked three times, then backed off (the next is asked).
 	for c := 0; c < 10; c++ {
-		f.ask(t, turnOf(20+c, 2))
+		f.ask(t, kvTurn(20+c, 2))
 	}
-	for _, n := range f.r.Catalog().Models[0].Backends[0].Nodes {
-		if st := n.tok.Stats(); st.Asked != 3 || st.Answered != 0 {
-			t.Fatalf("refusing node %s was asked %d times (answered %d), want 3", n.Name, st.Asked, st.Answered)
-		}
-		if n.tok.Usable(time.Now().UnixNano()) {
-			t.Fatalf("%s not backed off", n.Name)
+	for i := range asked {
+		if n := asked[i].Load(); n != 3 {
+			t.Fatalf("refusing node n%d was asked %d times, want 3", i, n)
 		}
 	}
 	if st := f.r.PrefixStats(); st.Tokenized != 0 || st.TokenizeFailed != 9 {
@@ -245,19 +261,22 @@ func BenchmarkPrefixRouteTokenize100KB(b *testing.B) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			m, _ := r.Catalog().Lookup("m")
-			base := convo("bench", 40, 1250) // about 100 KB
+			base := []byte(`[{"role":"system","content":"bench"},{"role":"user","content":"` + strings.Repeat("the conversation so far, ", 4000) + `"}]`) // 100 KB
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				i++
-				cr := chatReq(b, append([]byte(fmt.Sprintf(`[{"role":"user","content":"%d"},`, i)), base[1:]...))
-				var pr prefixRoute
-				_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(context.Background(), &pr, m, cr))
-				pr.done()
+				cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":` + fmt.Sprintf(`[{"role":"user","content":"%d"},`, i) + string(base[1:]) + `}`))
 				if err != nil {
 					b.Fatal(err)
 				}
-				n.release()
+				var pr prefixRoute
+				_, n, err := r.picker.Route(m.ID, m.Backends, nil, r.picker.Start(context.Background(), &pr, m.ID, m.Backends, cr, r.now()))
+				pr.Done()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n.Release()
 			}
 			if st := r.PrefixStats(); kv && st.Tokenized < int64(i) {
 				b.Fatalf("%d of %d prompts tokenized", st.Tokenized, i)
@@ -280,7 +299,7 @@ func TestPrefixRoutingAsksNoTokenizeWhileNoEventIsHeard(t *testing.T) {
 	r := New(NewCatalog(catalog(netModel("m", "up", 100000, 100, 0, NodeSpec{Name: "n0", URL: ts.URL + "/v1", KVEvents: pub.PubAddr()})), nil), Options{}, Deps{})
 	defer r.Close()
 	f := &kvFleet{sims: []*simulate.Server{sim}, names: []string{"n0"}, r: r}
-	f.ask(t, turnOf(3, 2))
+	f.ask(t, kvTurn(3, 2))
 	if n := f.tokenizeCalls(); n != 0 || r.PrefixStats().EventsLive != 0 {
 		t.Fatalf("%d /tokenize calls with no event heard", n)
 	}

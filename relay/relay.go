@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/kvevents"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/routing"
 	"github.com/tollgate/tollgate/storefail"
 	"github.com/tollgate/tollgate/upstream"
 )
@@ -31,7 +31,7 @@ type Options struct {
 	StreamIdle       time.Duration // backend silent this long ends the stream; default 5m
 	KeepAlive        time.Duration // SSE comment while the backend is silent; default 15s
 	ConnectTimeout   time.Duration // dialing a backend; default 10s
-	Health           HealthPolicy
+	Health           routing.HealthPolicy
 	// MaxUpstreamBody bounds a non-streamed upstream answer; default 64 MiB.
 	MaxUpstreamBody int64
 	// MaxSearches bounds the web searches of one request; default 5.
@@ -49,7 +49,7 @@ func (o *Options) setDefaults() {
 	def(&o.StreamIdle, 5*time.Minute)
 	def(&o.KeepAlive, 15*time.Second)
 	def(&o.ConnectTimeout, 10*time.Second)
-	o.Health.setDefaults()
+	o.Health.SetDefaults()
 	if o.MaxUpstreamBody <= 0 {
 		o.MaxUpstreamBody = 64 << 20
 	}
@@ -88,18 +88,18 @@ type Gauge interface {
 type Relay struct {
 	catalog atomic.Pointer[Catalog]
 	dialer  *net.Dialer
-	picker  picker
-	// prefixStats count prefix-cache routing decisions (prefix.go).
-	prefixStats prefixCounters
-	opts        Options
-	traffic     TrafficCounter
-	biller      tollgate.Biller
-	search      Searcher
-	streams     Gauge
-	tracer      trace.Tracer
-	log         *slog.Logger
-	now         func() time.Time
-	bufs        sync.Pool
+	// picker chooses a request's backend and node and counts its prefix
+	// routing decisions (package routing).
+	picker  routing.Picker[*Backend, *Node]
+	opts    Options
+	traffic TrafficCounter
+	biller  tollgate.Biller
+	search  Searcher
+	streams Gauge
+	tracer  trace.Tracer
+	log     *slog.Logger
+	now     func() time.Time
+	bufs    sync.Pool
 }
 
 // New builds a relay.
@@ -129,22 +129,19 @@ func New(cat *Catalog, opts Options, deps Deps) *Relay {
 
 // startEvents subscribes to the KV-cache events of the catalogue's nodes
 // that publish them and have no subscriber yet (before the catalogue is in
-// force: requests read Node.kv without a lock).
+// force: requests read a node's subscriber without a lock).
 func (r *Relay) startEvents(c *Catalog) {
 	if c == nil {
 		return
 	}
 	for _, n := range c.Nodes() {
-		if n.kvEndpoint != "" && n.kv == nil {
-			n.kv = kvevents.Subscribe(kvevents.Options{Endpoint: n.kvEndpoint, Replay: n.kvReplay, MaxBlocks: n.kvBlocks,
-				Log: r.log.With("node", n.Name)})
-			// The events name blocks by token ids: vLLM's /tokenize gives a
-			// prompt's (SGLang's takes plain text only, not a chat).
-			if n.Flavour == openai.VLLM {
-				n.tok, _ = kvevents.NewTokenizer(kvevents.TokenizerOptions{URL: strings.TrimSuffix(n.BaseURL, "/v1") + "/tokenize",
-					Key: n.Key, Dialer: r.dialer, Log: r.log.With("node", n.Name)})
-			}
+		// The events name blocks by token ids: vLLM's /tokenize gives a
+		// chat's (SGLang's takes plain text only, not a chat).
+		tokenize := ""
+		if n.Flavour == openai.VLLM {
+			tokenize = strings.TrimSuffix(n.BaseURL, "/v1") + "/tokenize"
 		}
+		n.Subscribe(r.log.With("node", n.Name), tokenize, n.Key, r.dialer)
 	}
 }
 
@@ -152,12 +149,7 @@ func (r *Relay) startEvents(c *Catalog) {
 func (r *Relay) Close() {
 	if c := r.catalog.Load(); c != nil {
 		for _, n := range c.Nodes() {
-			if n.kv != nil {
-				n.kv.Close()
-			}
-			if n.tok != nil {
-				n.tok.Close()
-			}
+			n.Unsubscribe()
 		}
 	}
 }
@@ -199,12 +191,7 @@ func (r *Relay) SetCatalog(c *Catalog) {
 		if p := n.probePool.Load(); p != nil {
 			p.CloseIdle()
 		}
-		if n.kv != nil {
-			n.kv.Close()
-		}
-		if n.tok != nil {
-			n.tok.Close()
-		}
+		n.Unsubscribe()
 	}
 }
 
@@ -267,8 +254,8 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	}
 	able, emulate := honouring(able, cr)
 	var pr prefixRoute
-	b, node, err := r.picker.route(m, able, nil, r.startPrefixRoute(req.Context(), &pr, m, cr))
-	defer pr.done()
+	b, node, err := r.picker.Route(m.ID, able, nil, r.picker.Start(req.Context(), &pr, m.ID, m.Backends, cr, r.now()))
+	defer pr.Done()
 	if err != nil {
 		return err
 	}
@@ -313,9 +300,8 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	*bufp = body
 
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node, body: body,
-		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prefixHashes: pr.hashes,
-		prefixConv: pr.conv, prefixOpening: pr.opening, prefixTools: pr.tools}
-	defer func() { x.node.release() }()
+		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context(), prompt: pr.Prompt()}
+	defer func() { x.node.Release() }()
 	if r.biller != nil {
 		promptBound := promptBound(cr, m)
 		if toolCall != nil {
@@ -409,13 +395,11 @@ type exchange struct {
 	settled        bool
 	// Tracing (trace.go): the request's span context (the parent of the
 	// hold and settle spans), the backend call's span and its traceparent.
-	spanCtx      context.Context
-	backendSpan  trace.Span
-	traceparent  string
-	prefixHashes []uint64 // the prompt's prefix blocks, for a retry on another node (prefix.go)
-	// The conversation's hash and the sizes of its opening and tools, for the same retry.
-	prefixConv                 uint64
-	prefixOpening, prefixTools int
+	spanCtx     context.Context
+	backendSpan trace.Span
+	traceparent string
+	// prompt is what prefix routing needs for a retry on another node.
+	prompt routing.Prompt
 	// nodeMu guards writes of node (send's retry after a refused
 	// connection) against setServedHeaders on the stream watchdog's timer.
 	nodeMu sync.Mutex
@@ -526,11 +510,11 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			x.node.reportUnreachable(x.r.opts.Health, true, x.r.now())
+			x.node.Unreachable(x.r.opts.Health, true, x.r.now())
 			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
 				var rp prefixRoute
-				if _, n := x.r.picker.pick([]*Backend{x.backend}, x.backend.Class, x.node, x.retryRoute(&rp)); n != nil {
-					x.node.release()
+				if _, n := x.r.picker.Pick([]*Backend{x.backend}, x.backend.Class, x.node, x.r.picker.Retry(&rp, x.prompt, x.r.now())); n != nil {
+					x.node.Release()
 					x.nodeMu.Lock()
 					x.node = n
 					x.nodeMu.Unlock()

@@ -110,7 +110,7 @@ type toolCall struct {
 func (r *Relay) serveSearch(w http.ResponseWriter, req *http.Request, call *Call, cr *openai.ChatRequest, m *Model, b *Backend, node *Node) error {
 	x := &exchange{r: r, call: call, cr: cr, model: m, backend: b, node: node,
 		promptEstimate: promptEstimate(cr, m), spanCtx: req.Context()}
-	defer func() { x.node.release() }()
+	defer func() { x.node.Release() }()
 
 	opts, err := search.ParseOptions(cr.WebSearch)
 	if err != nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/openai"
+	"github.com/tollgate/tollgate/routing"
 )
 
 // netModel is a chat model on one network backend over nodes, routed as a
@@ -17,7 +18,7 @@ func netModel(id, upstream string, contextLength, maxOutput int64, caps tollgate
 	return ModelSpec{ID: id, Kind: tollgate.KindChat, ContextLength: contextLength, MaxOutputTokens: maxOutput,
 		Backends: []BackendSpec{{Class: tollgate.ClassNetwork, UpstreamModel: upstream, Caps: caps,
 			Prices:  tollgate.Prices{Input: tollgate.MustParseRate("0.15"), Output: tollgate.MustParseRate("0.6")},
-			Routing: RoutingPrefixCache, PrefixMargin: 6, Nodes: nodes}}}
+			Routing: routing.PrefixCache, PrefixMargin: 6, Nodes: nodes}}}
 }
 
 // catalog is the catalogue of models, without web search.

@@ -1,9 +1,8 @@
 package relay
 
 import (
-	"time"
-
 	"github.com/tollgate/tollgate/metrics"
+	"github.com/tollgate/tollgate/routing"
 )
 
 // NodeStats reports every node of the catalogue in force, for metrics
@@ -18,8 +17,8 @@ func (r *Relay) NodeStats() []metrics.NodeStat {
 			Healthy:       n.Healthy() && !n.Ejected(now),
 			Outstanding:   n.Inflight(),
 			MaxConcurrent: n.MaxConcurrent,
-			Failures:      n.failedTotal.Load(),
-			TakenOut:      n.takenOut.Load(),
+			Failures:      n.FailedTotal(),
+			TakenOut:      n.TakenOut(),
 		})
 	}
 	return out
@@ -47,25 +46,7 @@ func (r *Relay) Unservable() []string {
 }
 
 // NodeHealth is a node's state in rotation, for the operator's console.
-type NodeHealth struct {
-	Up           bool      // by its health probes
-	EjectedUntil time.Time // outlier detection keeps it out until then; zero: not ejected
-	// Failed requests and failed probes in a row (each 0 after a success).
-	RequestsInARow, ProbesInARow int64
-	// Requests and failed requests in the outlier detection's window, which
-	// ends now and lasts Window.
-	Recent, RecentFailed int64
-	Window               time.Duration
-}
+type NodeHealth = routing.Health
 
 // NodeHealth reports n's state in rotation now.
-func (r *Relay) NodeHealth(n *Node) NodeHealth {
-	now := r.now()
-	h := NodeHealth{Up: n.Healthy(), RequestsInARow: n.health.outlier.consecutive.Load(), ProbesInARow: n.Failures(),
-		Window: r.opts.Health.Window}
-	if u := n.health.outlier.ejectedUntil.Load(); u != 0 && now.UnixNano() < u {
-		h.EjectedUntil = time.Unix(0, u)
-	}
-	h.Recent, h.RecentFailed = n.windowCounts(&r.opts.Health, now)
-	return h
-}
+func (r *Relay) NodeHealth(n *Node) NodeHealth { return n.Health(&r.opts.Health, r.now()) }

@@ -22,9 +22,15 @@ import (
 //     follow by turning a POST into a GET; a path is matched as spelled
 //     (docs/api.md: any path that is not served is 404).
 //
-// A subtree pattern ("/console/") hands every request under it to its
-// handler, which answers its own misses. Build a Mux with Server.NewMux,
-// declare its routes with Handle, then serve Server.Handler(mux).
+// A subtree pattern ("/console/") gets every request under it that no
+// longer pattern serves, a served path asked with another method included:
+// its handler answers the subtree's misses in its own way (the console's
+// HTML page, the admin API's 404 after its token check). The method
+// patterns under a subtree ("GET /console/keys") are its pages, and so are
+// the subtrees under it ("GET /console/static/"): 404's message names the
+// subtree for them, and OPTIONS *'s Allow leaves their
+// methods out. Build a Mux with Server.NewMux, declare its routes with
+// Handle, then serve Server.Handler(mux).
 //
 // A request whose method and unescaped path a pattern names exactly
 // ("POST /v1/chat/completions") goes straight to that pattern's handler,
@@ -38,6 +44,7 @@ type Mux struct {
 	allow   map[string]string       // path → the methods its patterns name, for Allow
 	paths   []string                // the exact paths, in the order declared
 	trees   []string                // the subtree patterns' paths ("/console/")
+	decl    []string                // the patterns, in the order declared
 	miss404 string                  // what the listener serves, for 404's message
 }
 
@@ -59,6 +66,7 @@ func (s *Server) NewMux() *Mux {
 // method on it is 404, not 405: the listeners' own paths are literal.
 func (m *Mux) Handle(pattern string, h http.Handler) {
 	m.mux.Handle(pattern, h)
+	m.decl = append(m.decl, pattern)
 	method, p, ok := strings.Cut(pattern, " ")
 	if !ok {
 		method, p = "", pattern
@@ -82,6 +90,9 @@ func (m *Mux) Handle(pattern string, h http.Handler) {
 		m.allow[p] = join(m.allow[p], method)
 	}
 }
+
+// Patterns are the patterns declared, in order.
+func (m *Mux) Patterns() []string { return slices.Clone(m.decl) }
 
 // HandleFunc serves pattern with a handler that returns its error, which
 // goes to the client in the error envelope.
@@ -179,7 +190,7 @@ func (m *Mux) notFound(w http.ResponseWriter, r *http.Request, hint string) {
 // declared, with OPTIONS (answered for *).
 func (m *Mux) methods() string {
 	var ms []string
-	for _, p := range append(slices.Clone(m.paths), "*") {
+	for _, p := range append(m.ownPaths(), "*") {
 		methods := m.allow[p]
 		if p == "*" {
 			methods = http.MethodOptions
@@ -197,13 +208,28 @@ func (m *Mux) methods() string {
 // subtrees.
 func (m *Mux) served() string {
 	var names []string
-	for _, p := range m.paths {
+	for _, p := range m.ownPaths() {
 		if methods := m.allow[p]; methods != "" {
 			p = methods + " " + p
 		}
 		names = append(names, p)
 	}
-	return strings.Join(append(names, m.trees...), ", ")
+	for _, t := range m.trees {
+		if !m.inTree(t) {
+			names = append(names, t)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// ownPaths are the exact paths but a subtree's pages (its method patterns).
+func (m *Mux) ownPaths() []string {
+	return slices.DeleteFunc(slices.Clone(m.paths), func(p string) bool { return m.allow[p] != "" && m.inTree(p) })
+}
+
+// inTree reports whether p is under a subtree other than itself.
+func (m *Mux) inTree(p string) bool {
+	return slices.ContainsFunc(m.trees, func(t string) bool { return t != p && strings.HasPrefix(p, t) })
 }
 
 // cleanPath is the path the ServeMux would redirect p to: path.Clean, with a

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -63,5 +64,51 @@ func TestMux(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &env); err != nil || env.Error.Code != c.code || !strings.Contains(env.Error.Message, c.body) {
 			t.Errorf("%s %s: %s, want code %s and a message with %q", c.method, c.path, w.Body, c.code, c.body)
 		}
+	}
+}
+
+// The pages of a subtree (its method patterns, and the subtrees under it)
+// are served by their patterns, another method on them goes to the
+// subtree's handler, and neither 404's message nor OPTIONS *'s Allow names
+// them; a method-less path under a subtree is named.
+func TestMuxSubtreePages(t *testing.T) {
+	s := &Server{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := s.NewMux()
+	reply := func(body string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body+" "+r.Method) })
+	}
+	m.Handle("GET /v1/models", reply("models"))
+	m.Handle("/console/", reply("console miss"))
+	m.Handle("POST /console/keys", reply("keys"))
+	m.Handle("GET /console/static/", reply("static"))
+	m.Handle("/debug/pprof/", reply("pprof"))
+	m.Handle("/debug/pprof/profile", reply("profile"))
+	if want := []string{"GET /v1/models", "/console/", "POST /console/keys", "GET /console/static/", "/debug/pprof/", "/debug/pprof/profile"}; !slices.Equal(m.Patterns(), want) {
+		t.Errorf("Patterns: %q, want %q", m.Patterns(), want)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/console/keys", "keys POST"},
+		{"GET", "/console/keys", "console miss GET"},
+		{"GET", "/console/static/console.css", "static GET"},
+		{"POST", "/console/static/console.css", "console miss POST"},
+		{"GET", "/debug/pprof/profile", "profile GET"},
+	} {
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, httptest.NewRequest(c.method, c.path, nil))
+		if w.Code != 200 || w.Body.String() != c.body {
+			t.Errorf("%s %s: %d %q, want %q", c.method, c.path, w.Code, w.Body, c.body)
+		}
+	}
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, httptest.NewRequest("GET", "/v1/embeddings", nil))
+	if want := "(it serves GET, HEAD /v1/models, /debug/pprof/profile, /console/, /debug/pprof/)"; w.Code != 404 || !strings.Contains(w.Body.String(), want) {
+		t.Errorf("GET /v1/embeddings: %d %s, want 404 with %q", w.Code, w.Body, want)
+	}
+	r := httptest.NewRequest("OPTIONS", "/", nil)
+	r.RequestURI = "*"
+	w = httptest.NewRecorder()
+	m.ServeHTTP(w, r)
+	if got := w.Header().Get("Allow"); w.Code != 200 || got != "GET, HEAD, OPTIONS" {
+		t.Errorf("OPTIONS *: %d Allow %q, want GET, HEAD, OPTIONS", w.Code, got)
 	}
 }

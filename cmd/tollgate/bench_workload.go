@@ -18,7 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/kvevents"
-	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/routing"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -67,7 +67,7 @@ type workloadResult struct {
 	promptTokens int64
 	cachedTokens int64
 	perNode      []int64 // requests each node served
-	prefix       relay.PrefixStats
+	prefix       routing.PrefixStats
 	windows      []float64 // cached share in each window of the run
 	nodeBlocks   int64     // blocks the nodes' caches hold at the end
 }

@@ -333,20 +333,7 @@ var pathPrefixes = []string{"/v1", "/v1/", "/admin/v1/"}
 
 func TestDocsNameRealPaths(t *testing.T) {
 	spans, _ := docSpans(t)
-	t.Setenv("TG_TEST_ADMIN_TOKEN", "docs-test-token")
-	// Payments on, so that their pages and routes are served; no path
-	// asked here calls the provider, which is nowhere.
-	t.Setenv("TG_TEST_STRIPE_KEY", "sk_test_docs")
-	t.Setenv("TG_TEST_STRIPE_WHSEC", "whsec_docs")
-	h := newHarness(t, harnessOptions{listen: "  admin: 127.0.0.1:0\n", extraYAML: `admin_token_env: TG_TEST_ADMIN_TOKEN
-payments:
-  provider: stripe
-  secret_key_env: TG_TEST_STRIPE_KEY
-  webhook_secret_env: TG_TEST_STRIPE_WHSEC
-  api_url: http://127.0.0.1:1
-  console_url: http://127.0.0.1:1/console/
-  auto_topup: true
-`})
+	h := everyRouteHarness(t, "docs-test-token")
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	routeMissing := regexp.MustCompile(`is not served on this listener|is not an admin API route|there is no console page|there is no operator page`)
 	ask := func(listener, method, path string) (int, string) {

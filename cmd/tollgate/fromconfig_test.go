@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/config"
 	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/routing"
 	"github.com/tollgate/tollgate/search"
 	"github.com/tollgate/tollgate/tracing"
 )
@@ -72,9 +73,9 @@ func TestNewSearchFromConfig(t *testing.T) {
 // fallback as one node with its key, and web search where search is on.
 func TestCatalogSpecFromConfig(t *testing.T) {
 	for name, pair := range map[string][2]string{
-		"prefix_cache":      {config.RoutingPrefixCache, relay.RoutingPrefixCache},
-		"least_outstanding": {config.RoutingLeastOutstanding, relay.RoutingLeastOutstanding},
-		"round_robin":       {config.RoutingRoundRobin, relay.RoutingRoundRobin},
+		"prefix_cache":      {config.RoutingPrefixCache, routing.PrefixCache},
+		"least_outstanding": {config.RoutingLeastOutstanding, routing.LeastOutstanding},
+		"round_robin":       {config.RoutingRoundRobin, routing.RoundRobin},
 	} {
 		if pair[0] != name || pair[1] != name {
 			t.Errorf("routing %s is %q in config and %q in relay", name, pair[0], pair[1])
@@ -128,7 +129,7 @@ models:
 	net, fb := chat.Backends[0], chat.Backends[1]
 	if net.Class != tollgate.ClassNetwork || net.UpstreamModel != "up" || net.Caps != tollgate.NewCapabilities(tollgate.CapTools, tollgate.CapImageInput) ||
 		net.Prices != (tollgate.Prices{Input: tollgate.MustParseRate("0.15"), Output: tollgate.MustParseRate("0.6")}) ||
-		net.Routing != relay.RoutingPrefixCache || net.PrefixMargin != 6 || len(net.Nodes) != 2 {
+		net.Routing != routing.PrefixCache || net.PrefixMargin != 6 || len(net.Nodes) != 2 {
 		t.Errorf("network backend = %+v", net)
 	}
 	if n := net.Nodes[0]; !strings.HasPrefix(n.Name, "node-") || n.URL != "http://10.0.0.1:8000/v1" || n.Flavour != openai.VLLM || n.Key != "" || n.MaxConcurrent != 0 ||
@@ -143,7 +144,7 @@ models:
 		t.Errorf("fallback = %+v", fb)
 	}
 	pb := plain.Backends[0]
-	if pb.Routing != relay.RoutingLeastOutstanding || pb.PrefixMargin != 2 || pb.PrefixIndexTokens != 5000 || pb.PrefixTTL != time.Minute ||
+	if pb.Routing != routing.LeastOutstanding || pb.PrefixMargin != 2 || pb.PrefixIndexTokens != 5000 || pb.PrefixTTL != time.Minute ||
 		pb.Nodes[0].HealthURL != "http://10.0.0.3:9000/ready" {
 		t.Errorf("plain's backend = %+v", pb)
 	}

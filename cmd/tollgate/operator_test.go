@@ -124,7 +124,7 @@ func adminAPIServer(t *testing.T, h *harness, cfg *config.Config) *httptest.Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	return httptest.NewServer(h.main.Server.Handler(adminListenerRoutes(h.main.Server, newAdminAPI(cfg, h.main.Store, nil, nil), op, nil, cfg.AdminToken)))
+	return httptest.NewServer(h.main.Server.Handler(adminListenerRoutes(h.main.Server, newAdminAPI(cfg, h.main.Store, nil, nil), op, nil, nil, cfg.AdminToken)))
 }
 
 // The admin API: token required (401 unauthorized), show, credit, usage, audit.

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/relay"
+	"github.com/tollgate/tollgate/routing"
 	"github.com/tollgate/tollgate/server"
 	"github.com/tollgate/tollgate/tracing"
 	"github.com/tollgate/tollgate/traffic"
@@ -130,7 +131,7 @@ func (m *Main) Open(ctx context.Context) error {
 		KeepAlive:        cfg.Timeouts.KeepAlive.D(),
 		ConnectTimeout:   cfg.Timeouts.Connect.D(),
 		MaxSearches:      cfg.Search.MaxSearches,
-		Health: relay.HealthPolicy{
+		Health: routing.HealthPolicy{
 			FailureThreshold:  cfg.Health.FailureThreshold,
 			BackoffMin:        cfg.Health.BackoffMin.D(),
 			BackoffMax:        cfg.Health.BackoffMax.D(),
@@ -255,7 +256,7 @@ func (m *Main) Open(ctx context.Context) error {
 		}
 		metricsHandler = m.Metrics.Handler()
 	}
-	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.paymentsAdmin(), m.Log), op, metricsHandler, cfg.AdminToken)
+	admin := adminListenerRoutes(m.Server, newAdminAPI(cfg, st, m.paymentsAdmin(), m.Log), op, m.Payments, metricsHandler, cfg.AdminToken)
 	if err := listen("admin", cfg.Listen.Admin, m.Server.Handler(admin)); err != nil {
 		m.Close(ctx)
 		return err

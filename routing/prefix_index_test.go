@@ -1,4 +1,4 @@
-package relay
+package routing
 
 import (
 	"bytes"
@@ -226,14 +226,13 @@ func BenchmarkPrefixRoute100KB(b *testing.B) {
 	}
 	nodes := netNodes(4, 0)
 	m, able := prefixModel(4, nodes...)
-	r := &Relay{now: time.Now}
 	var p picker
 	b.ReportAllocs()
 	for b.Loop() {
 		var pr prefixRoute
-		_, n, _ := p.route(m, able, nil, r.startPrefixRoute(context.Background(), &pr, m, cr))
-		pr.done()
-		n.release()
+		_, n, _ := p.Route(m.ID, able, nil, p.Start(context.Background(), &pr, m.ID, m.Backends, cr, time.Now()))
+		pr.Done()
+		n.Release()
 	}
 }
 

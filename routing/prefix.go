@@ -1,14 +1,14 @@
-package relay
+package routing
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/tollgate/tollgate/kvevents"
-	"github.com/tollgate/tollgate/metrics"
 	"github.com/tollgate/tollgate/openai"
 )
 
@@ -42,8 +42,8 @@ import (
 // A node that publishes its KV-cache events is judged by them: what it
 // holds is then the same on every instance, evictions included.
 
-// prefixRoute is one request's prefix routing state, on the caller's stack.
-type prefixRoute struct {
+// Request is one request's prefix routing state, on the caller's stack.
+type Request[B Backend[N], N Member] struct {
 	hashes []uint64  // chained block hashes of the request's messages
 	buf    *[]uint64 // hashes' pooled buffer
 	now    int64
@@ -64,8 +64,8 @@ type prefixRoute struct {
 	promptBytes int
 
 	// The current pick attempt: the able prefix-routed nodes seen.
-	cands []prefixCand
-	arr   [8]prefixCand // cands' storage for up to 8 nodes
+	cands []prefixCand[B, N]
+	arr   [8]prefixCand[B, N] // cands' storage for up to 8 nodes
 	// The decision.
 	matched  int  // blocks of hashes matched on the node chosen (this instance's index)
 	fellBack bool // a node held more of the conversation but was too loaded
@@ -75,14 +75,14 @@ type prefixRoute struct {
 
 	// round_robin: the first able node in the picker's rotation.
 	roundRobin bool
-	first      *Node
-	firstB     *Backend
+	first      N
+	firstB     B
 }
 
 // prefixCand is an able node of a prefix-routed backend.
-type prefixCand struct {
-	b     *Backend
-	n     *Node
+type prefixCand[B Backend[N], N Member] struct {
+	b     B
+	n     N
 	load  int64
 	rank  uint64 // rendezvous score for the conversation
 	held  int    // bytes of the messages beyond the opening the node holds (0: none)
@@ -95,7 +95,7 @@ type prefixCounters struct {
 	promptBlocks, matchedBlocks       atomic.Int64
 }
 
-// PrefixStats describe prefix-cache routing since the relay started.
+// PrefixStats describe prefix-cache routing since the picker was made.
 type PrefixStats struct {
 	Requests int64 // requests routed by prefix_cache with at least one full block
 	// Hits were sent to a node known to hold some of the prompt (by its
@@ -127,12 +127,14 @@ type PrefixStats struct {
 	Tokenized, TokenizeFailed int64
 }
 
-// PrefixStats returns the counters of prefix routing and the index sizes.
-func (r *Relay) PrefixStats() PrefixStats {
-	c := &r.prefixStats
+// PrefixStats returns the counters of prefix routing and the index sizes
+// of nodes (each once) at now.
+func (p *Picker[B, N]) PrefixStats(nodes []N, now time.Time) PrefixStats {
+	c := &p.prefixStats
 	s := PrefixStats{Requests: c.requests.Load(), Hits: c.hits.Load(), Fallbacks: c.fallbacks.Load(),
 		Misses: c.misses.Load(), PromptBlocks: c.promptBlocks.Load(), MatchedBlocks: c.matchedBlocks.Load()}
-	for _, n := range r.Catalog().Nodes() {
+	for _, m := range nodes {
+		n := m.State()
 		b, bytes := n.prefix.size()
 		s.IndexBlocks += int64(b)
 		s.IndexBytes += bytes
@@ -145,7 +147,7 @@ func (r *Relay) PrefixStats() PrefixStats {
 			s.EventReplayed += st.Replayed
 			s.EventLost += st.Lost
 			s.EventRestarts += st.Restarts
-			if _, live := n.kv.Match(nil, r.now().UnixNano()); live {
+			if _, live := n.kv.Match(nil, now.UnixNano()); live {
 				s.EventsLive++
 			}
 		}
@@ -160,41 +162,44 @@ func (r *Relay) PrefixStats() PrefixStats {
 
 var prefixBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 512); return &b }}
 
-// startPrefixRoute fills pr for a request to m when one of its network
-// backends routes by prefix (and the prompt has a full block) or by round
-// robin, and returns it; else nil. The caller calls pr.done after routing.
+// Start fills pr for a request to model, served by backends, when one of
+// them routes by prefix (and the prompt has a full block) or by round
+// robin, and returns it; else nil. The caller calls pr.Done after routing.
 // Nodes found down lose their index here: a server that went away may come
-// back with an empty cache.
-func (r *Relay) startPrefixRoute(ctx context.Context, pr *prefixRoute, m *Model, cr *openai.ChatRequest) *prefixRoute {
+// back with an empty cache. When nodes publish KV-cache events, a node's
+// /tokenize is asked for the prompt's token ids (within ctx).
+func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model string, backends []B, cr *openai.ChatRequest, now time.Time) *Request[B, N] {
 	prefix := false
 	var tok *kvevents.Tokenizer // a healthy node's, whose events are matched
 	var tokModel string
 	heard := false // a node's events are trusted now
-	now := r.now().UnixNano()
-	for _, b := range m.Backends {
-		switch b.Routing {
-		case RoutingRoundRobin:
+	at := now.UnixNano()
+	for _, b := range backends {
+		pol := b.Policy()
+		switch pol.Routing {
+		case RoundRobin:
 			pr.roundRobin = true
-		case RoutingPrefixCache:
+		case PrefixCache:
 			prefix = true
-			for _, n := range b.Nodes {
+			for _, m := range b.Members() {
+				n := m.State()
 				if !n.Healthy() {
 					n.prefix.reset()
 					continue
 				}
-				if tok == nil && n.tok != nil && n.tok.Usable(now) {
-					tok, tokModel = n.tok, b.UpstreamModel
+				if tok == nil && n.tok != nil && n.tok.Usable(at) {
+					tok, tokModel = n.tok, pol.Model
 				}
 				if n.kv != nil && !heard {
-					_, heard = n.kv.Match(nil, now)
+					_, heard = n.kv.Match(nil, at)
 				}
 			}
 		}
 	}
 	if prefix {
-		pr.hash(m.ID, cr.Field("tools"), cr.Field("messages"))
-		pr.now = now
-		pr.stats = &r.prefixStats
+		pr.hash(model, cr.Field("tools"), cr.Field("messages"))
+		pr.now = at
+		pr.stats = &p.prefixStats
 		// The node's own token ids, for its events (kvevents/tokenize.go);
 		// on any failure the approximate index routes the request. Not for
 		// a conversation's opening alone: no node can hold more of it, so
@@ -213,7 +218,7 @@ func (r *Relay) startPrefixRoute(ctx context.Context, pr *prefixRoute, m *Model,
 
 // hash fills the request's block hashes and its conversation's hash.
 // Nothing when the messages have no full block.
-func (pr *prefixRoute) hash(model string, tools, msgs []byte) {
+func (pr *Request[B, N]) hash(model string, tools, msgs []byte) {
 	bp := prefixBufs.Get().(*[]uint64)
 	h := hashPrefix((*bp)[:0], model, tools, msgs)
 	if len(h) == 0 {
@@ -228,7 +233,7 @@ func (pr *prefixRoute) hash(model string, tools, msgs []byte) {
 
 // keysIn returns the prompt's keys in blocks of size tokens (made once per
 // block size: a backend's nodes have one).
-func (pr *prefixRoute) keysIn(size int) []uint64 {
+func (pr *Request[B, N]) keysIn(size int) []uint64 {
 	if pr.keysSize != size {
 		if pr.keysBuf == nil {
 			pr.keysBuf = prefixBufs.Get().(*[]uint64)
@@ -265,8 +270,8 @@ func rendezvous(conv, node uint64) uint64 {
 	return x
 }
 
-// done returns the hash buffers; pr is not used after it.
-func (pr *prefixRoute) done() {
+// Done returns the hash buffers; pr is not used after it.
+func (pr *Request[B, N]) Done() {
 	if pr.keysBuf != nil {
 		*pr.keysBuf = (*pr.keysBuf)[:0]
 		prefixBufs.Put(pr.keysBuf)
@@ -281,36 +286,40 @@ func (pr *prefixRoute) done() {
 }
 
 // begin starts a pick attempt.
-func (pr *prefixRoute) begin() {
+func (pr *Request[B, N]) begin() {
 	if pr != nil {
+		var noB B
+		var noN N
 		pr.cands = pr.arr[:0]
-		pr.first, pr.firstB = nil, nil
+		pr.first, pr.firstB = noN, noB
 	}
 }
 
 // consider looks at an able node (healthy, below max_concurrent) with load
-// requests in flight.
-func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
+// requests in flight, of b, whose policy is pol.
+func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 	if pr == nil {
 		return
 	}
-	if b.Routing == RoutingRoundRobin {
-		if pr.first == nil {
-			pr.first, pr.firstB = n, b
+	if pol.Routing == RoundRobin {
+		var noN N
+		if pr.first == noN {
+			pr.first, pr.firstB = m, b
 		}
 		return
 	}
-	if b.Routing != RoutingPrefixCache || pr.hashes == nil {
+	if pol.Routing != PrefixCache || pr.hashes == nil {
 		return
 	}
-	c := prefixCand{b: b, n: n, load: load, rank: rendezvous(pr.conv, n.routeID)}
+	n := m.State()
+	c := prefixCand[B, N]{b: b, n: m, load: load, rank: rendezvous(pr.conv, n.routeID)}
 	c.local = n.prefix.match(pr.hashes, pr.now)
 	held := c.local * PrefixBlockBytes
 	if n.kv != nil && pr.tokens != nil {
 		// The node's own word, when it is heard, in its block size: its
 		// blocks held, as bytes of the messages (the template's tokens spread
-		// evenly; the tools come first).
-		// A node heard that stored nothing yet has no block size: it holds none.
+		// evenly; the tools come first). A node heard that stored nothing
+		// yet has no block size: it holds none.
 		size := n.kv.BlockSize()
 		var keys []uint64
 		if size > 0 {
@@ -332,18 +341,19 @@ func (pr *prefixRoute) consider(b *Backend, n *Node, load int64) {
 // of it, else the home; else the least loaded (least, of backend leastB,
 // with leastLoad in flight).
 
-func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*Backend, *Node) {
-	if pr == nil || least == nil {
+func (pr *Request[B, N]) choose(least N, leastB B, leastLoad int64) (B, N) {
+	var noN N
+	if pr == nil || least == noN {
 		return leastB, least
 	}
-	if pr.first != nil {
+	if pr.first != noN {
 		return pr.firstB, pr.first
 	}
 	pr.fellBack, pr.known, pr.matched = false, false, 0
-	var home, most *prefixCand
+	var home, most *prefixCand[B, N]
 	for i := range pr.cands {
 		c := &pr.cands[i]
-		if c.load > leastLoad+c.b.PrefixMargin {
+		if c.load > leastLoad+c.b.Policy().PrefixMargin {
 			if c.held > 0 {
 				pr.fellBack = true
 			}
@@ -371,10 +381,11 @@ func (pr *prefixRoute) choose(least *Node, leastB *Backend, leastLoad int64) (*B
 }
 
 // record notes the prompt on the node that took it and counts the decision.
-func (pr *prefixRoute) record(b *Backend, n *Node) {
-	if pr == nil || pr.hashes == nil || b.Routing != RoutingPrefixCache {
+func (pr *Request[B, N]) record(b B, m N) {
+	if pr == nil || pr.hashes == nil || b.Policy().Routing != PrefixCache {
 		return
 	}
+	n := m.State()
 	n.prefix.record(pr.hashes, pr.now)
 	if n.kv != nil {
 		n.kv.Sent(pr.now)
@@ -396,23 +407,29 @@ func (pr *prefixRoute) record(b *Backend, n *Node) {
 	s.matchedBlocks.Add(int64(pr.matched))
 }
 
-// retryRoute fills pr for the pick of another node after a refused
+// Prompt is what a request's routing keeps for a retry on another node:
+// the prompt's prefix blocks, the conversation's hash and the sizes of its
+// opening and tools.
+type Prompt struct {
+	hashes         []uint64
+	conv           uint64
+	opening, tools int
+}
+
+// Prompt returns what a retry of pr's request needs (valid until pr.Done).
+func (pr *Request[B, N]) Prompt() Prompt {
+	return Prompt{hashes: pr.hashes, conv: pr.conv, opening: pr.opening, tools: pr.tools}
+}
+
+// Retry fills pr for the pick of another node after a refused
 // connection: the prompt is recorded on the node that takes it instead
 // (the refusing node's index is dropped once it is seen down). nil when
 // the request was not routed by prefix.
-func (x *exchange) retryRoute(pr *prefixRoute) *prefixRoute {
-	if x.prefixHashes == nil {
+func (p *Picker[B, N]) Retry(pr *Request[B, N], q Prompt, now time.Time) *Request[B, N] {
+	if q.hashes == nil {
 		return nil
 	}
-	*pr = prefixRoute{hashes: x.prefixHashes, now: x.r.now().UnixNano(), stats: &x.r.prefixStats, retry: true}
-	pr.conv, pr.opening, pr.tools = x.prefixConv, x.prefixOpening, x.prefixTools
+	*pr = Request[B, N]{hashes: q.hashes, now: now.UnixNano(), stats: &p.prefixStats, retry: true}
+	pr.conv, pr.opening, pr.tools = q.conv, q.opening, q.tools
 	return pr
-}
-
-// PrefixMetrics is PrefixStats for the metrics collector (read at scrape
-// time; nothing on the request path).
-func (r *Relay) PrefixMetrics() metrics.PrefixStat {
-	s := r.PrefixStats()
-	return metrics.PrefixStat{Hits: s.Hits, Fallbacks: s.Fallbacks, Misses: s.Misses, PromptBlocks: s.PromptBlocks,
-		MatchedBlocks: s.MatchedBlocks, IndexBlocks: s.IndexBlocks, IndexBytes: s.IndexBytes}
 }

@@ -1,4 +1,4 @@
-package relay
+package routing
 
 import (
 	"sync"
@@ -100,8 +100,8 @@ func (n *Node) windowCounts(p *HealthPolicy, now time.Time) (total, failed int64
 	return total, failed
 }
 
-// requestOK records a real request the node answered (a 4xx is an answer).
-func (n *Node) requestOK(p *HealthPolicy, now time.Time) {
+// RequestOK records a real request the node answered (a 4xx is an answer).
+func (n *Node) RequestOK(p *HealthPolicy, now time.Time) {
 	o := &n.health.outlier
 	if o.consecutive.Load() != 0 {
 		o.consecutive.Store(0)
@@ -109,11 +109,12 @@ func (n *Node) requestOK(p *HealthPolicy, now time.Time) {
 	n.record(p, now, false)
 }
 
-// requestFailed records a real request the node failed and ejects it when
-// one of the thresholds is crossed and b's share allows (b: the backend the
-// request went through; nil checks no share). It returns the ejection's
-// length when this failure ejected the node, else 0.
-func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) time.Duration {
+// RequestFailed records a real request node m failed and ejects it when
+// one of the thresholds is crossed and its backend's share allows (peers:
+// the nodes of the backend the request went through; nil checks no share).
+// It returns the ejection's length when this failure ejected the node, else 0.
+func RequestFailed[N Member](m N, p *HealthPolicy, peers []N, now time.Time) time.Duration {
+	n := m.State()
 	o := &n.health.outlier
 	n.failedTotal.Add(1)
 	n.record(p, now, true)
@@ -126,7 +127,7 @@ func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) time.Du
 	}
 	ejectMu.Lock()
 	defer ejectMu.Unlock()
-	if n.Ejected(now) || (b != nil && !b.mayEject(n, p.MaxEjectedPercent, now)) {
+	if n.Ejected(now) || (peers != nil && !mayEject(peers, m, p.MaxEjectedPercent, now)) {
 		// Not ejected: the counters stay, so the next failure asks again.
 		return 0
 	}
@@ -152,27 +153,27 @@ func (n *Node) requestFailed(p *HealthPolicy, b *Backend, now time.Time) time.Du
 	return d
 }
 
-// mayEject reports whether ejecting n keeps b within its share: at most pct
-// percent of its nodes ejected, and at least one other node up by its
-// probes and not ejected.
-func (b *Backend) mayEject(n *Node, pct int, now time.Time) bool {
+// mayEject reports whether ejecting n keeps its backend (nodes) within its
+// share: at most pct percent of its nodes ejected, and at least one other
+// node up by its probes and not ejected.
+func mayEject[N Member](nodes []N, n N, pct int, now time.Time) bool {
 	ejected, serving := 0, 0
-	for _, o := range b.Nodes {
-		if o == n {
+	for _, m := range nodes {
+		if m == n {
 			continue
 		}
-		switch {
+		switch o := m.State(); {
 		case o.Ejected(now):
 			ejected++
 		case o.Healthy():
 			serving++
 		}
 	}
-	return serving > 0 && (ejected+1)*100 <= pct*len(b.Nodes)
+	return serving > 0 && (ejected+1)*100 <= pct*len(nodes)
 }
 
-// setDefaults fills what the config left at zero (config.go has the same defaults).
-func (p *HealthPolicy) setDefaults() {
+// SetDefaults fills what the config left at zero (config.go has the same defaults).
+func (p *HealthPolicy) SetDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -194,17 +195,5 @@ func (p *HealthPolicy) setDefaults() {
 	}
 	if p.MaxEjectedPercent <= 0 {
 		p.MaxEjectedPercent = 50
-	}
-}
-
-// upstreamOK records that the serving node answered a real request.
-func (x *exchange) upstreamOK() { x.node.requestOK(&x.r.opts.Health, x.r.now()) }
-
-// upstreamFailed records that the serving node failed a real request; an
-// ejection is logged, for the operator.
-func (x *exchange) upstreamFailed() {
-	if d := x.node.requestFailed(&x.r.opts.Health, x.backend, x.r.now()); d > 0 {
-		x.r.log.Warn("node ejected: its requests fail", "node", x.node.Name, "model", x.model.ID,
-			"ejection_seconds", d.Seconds(), "request_id", x.call.RequestID)
 	}
 }

@@ -1,4 +1,4 @@
-package relay
+package routing
 
 import (
 	"math/rand/v2"
@@ -19,9 +19,9 @@ func turnOf(c, turn int) []byte { return convo(sharedSystem, turn, 300+c) }
 // instance is one tollgate instance's routing state: its own nodes (the
 // same URLs as every other instance's), picker and counters.
 type instance struct {
-	nodes []*Node
-	m     *Model
-	able  []*Backend
+	nodes []*node
+	m     *model
+	able  []*backend
 	p     picker
 	st    prefixCounters
 }
@@ -35,7 +35,7 @@ func newInstance(k int, maxConc int64) *instance {
 func (in *instance) route(t *testing.T, msgs []byte) string {
 	t.Helper()
 	n := routeTurn(t, &in.p, &in.st, in.m, in.able, msgs)
-	n.release()
+	n.Release()
 	return n.BaseURL
 }
 
@@ -92,7 +92,7 @@ func TestPrefixRoutingFullNodeOnOneInstance(t *testing.T) {
 	if got := b.route(t, turnOf(7, 2)); got != home {
 		t.Fatalf("b chose %s, a %s", got, home)
 	}
-	var full *Node
+	var full *node
 	for _, n := range b.nodes {
 		if n.BaseURL == home {
 			full = n
@@ -182,7 +182,7 @@ func TestPrefixRoutingTrustsTheNodesEvents(t *testing.T) {
 		return e
 	}
 	// held is what the node reports of msgs, once its subscriber has joined.
-	held := func(n *Node, msgs []byte, want int) {
+	held := func(n *node, msgs []byte, want int) {
 		t.Helper()
 		keys := kvevents.Keys(nil, simTokens(msgs), kvevents.BlockTokens)
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
@@ -199,7 +199,7 @@ func TestPrefixRoutingTrustsTheNodesEvents(t *testing.T) {
 	}
 	// Nodes not heard from yet: this instance's index routes (turns 2 and
 	// 3 are hits on the home).
-	var home *Node
+	var home *node
 	for turn := 1; turn <= 3; turn++ {
 		url := in.route(t, turnOf(1, turn))
 		for _, n := range in.nodes {

@@ -1,4 +1,4 @@
-package relay
+package routing
 
 import (
 	"hash/maphash"

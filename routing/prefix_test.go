@@ -1,4 +1,4 @@
-package relay
+package routing
 
 import (
 	"context"
@@ -12,32 +12,34 @@ import (
 )
 
 // prefixModel is a model with one prefix-routed network backend over nodes.
-func prefixModel(margin int64, nodes ...*Node) (*Model, []*Backend) {
+func prefixModel(margin int64, nodes ...*node) (*model, []*backend) {
 	m, able := testModel(nodes...)
-	able[0].Routing = RoutingPrefixCache
+	able[0].Routing = PrefixCache
 	able[0].PrefixMargin = margin
 	return m, able
 }
 
-func netNodes(k int, maxConc int64) []*Node {
-	var out []*Node
+func netNodes(k int, maxConc int64) []*node {
+	var out []*node
 	for i := 0; i < k; i++ {
 		base := fmt.Sprintf("http://10.0.0.%d:8000/v1", i+1)
-		out = append(out, &Node{Name: fmt.Sprint("n", i), BaseURL: base, routeID: nodeRouteID(base), Class: tollgate.ClassNetwork, MaxConcurrent: maxConc})
+		n := &node{Name: fmt.Sprint("n", i), BaseURL: base, Class: tollgate.ClassNetwork, Node: Node{MaxConcurrent: maxConc}}
+		n.Init(base)
+		out = append(out, n)
 	}
 	return out
 }
 
 // routeTurn routes one turn of a conversation as ServeChat does.
-func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *Model, able []*Backend, msgs []byte) *Node {
+func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *model, able []*backend, msgs []byte) *node {
 	t.Helper()
 	pr := prefixRoute{now: time.Now().UnixNano(), stats: stats}
 	pr.hash(m.ID, nil, msgs)
 	if hasEvents(able) { // as a node's /tokenize answers: the simulator's tokenizer
 		pr.tokens, pr.promptBytes = simTokens(msgs), len(msgs)
 	}
-	defer pr.done()
-	_, n, err := p.route(m, able, nil, &pr)
+	defer pr.Done()
+	_, n, err := p.Route(m.ID, able, nil, &pr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func simTokens(b []byte) []uint32 {
 	return out
 }
 
-func hasEvents(able []*Backend) bool {
+func hasEvents(able []*backend) bool {
 	for _, b := range able {
 		for _, n := range b.Nodes {
 			if n.kv != nil {
@@ -71,11 +73,11 @@ func TestPrefixRoutingKeepsAConversationOnItsNode(t *testing.T) {
 	var st prefixCounters
 	// Forty conversations take turns, each request finishing before the
 	// next (no load): every conversation stays where its first turn went.
-	home := map[int]*Node{}
+	home := map[int]*node{}
 	for turn := 1; turn <= 5; turn++ {
 		for c := 0; c < 40; c++ {
 			n := routeTurn(t, &p, &st, m, able, convo(fmt.Sprint("conversation ", c), turn, 300))
-			n.release()
+			n.Release()
 			if turn == 1 {
 				home[c] = n
 			} else if n != home[c] {
@@ -84,7 +86,7 @@ func TestPrefixRoutingKeepsAConversationOnItsNode(t *testing.T) {
 		}
 	}
 	// The first turns spread over the nodes (nothing shared yet).
-	per := map[*Node]int{}
+	per := map[*node]int{}
 	for _, n := range home {
 		per[n]++
 	}
@@ -102,7 +104,7 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	var p picker
 	var st prefixCounters
 	first := routeTurn(t, &p, &st, m, able, convo("c", 1, 500))
-	first.release()
+	first.Release()
 
 	// Two more in flight than the others: within the margin, still chosen.
 	first.inflight.Add(2)
@@ -115,17 +117,17 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	if n == first || st.fallbacks.Load() != 1 {
 		t.Fatalf("beyond the margin: went to %s (first %s), fallbacks %d", n.Name, first.Name, st.fallbacks.Load())
 	}
-	n.release()
+	n.Release()
 	first.inflight.Add(-3)
 
 	// Full (max_concurrent 4) is never chosen, however long its match.
 	d := routeTurn(t, &p, &st, m, able, convo("d", 1, 500))
-	d.release()
+	d.Release()
 	d.inflight.Add(4)
 	if n := routeTurn(t, &p, &st, m, able, convo("d", 2, 500)); n == d {
 		t.Fatal("a full node was chosen")
 	} else {
-		n.release()
+		n.Release()
 	}
 	d.inflight.Add(-4)
 	// Turn 4 of c goes back to its home: it holds turns 1-2, and every
@@ -133,23 +135,21 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	if got := routeTurn(t, &p, &st, m, able, convo("c", 4, 500)); got != first {
 		t.Fatalf("turn 4 went to %s, not back home to %s", got.Name, first.Name)
 	} else {
-		got.release()
+		got.Release()
 	}
 
 	// Down: never chosen, and its index is dropped when seen down.
-	first.reportUnreachable(HealthPolicy{FailureThreshold: 1, BackoffMin: time.Minute, BackoffMax: time.Minute}, true, time.Now())
+	first.Unreachable(HealthPolicy{FailureThreshold: 1, BackoffMin: time.Minute, BackoffMax: time.Minute}, true, time.Now())
 	n = routeTurn(t, &p, &st, m, able, convo("c", 5, 500))
 	if n == first {
 		t.Fatal("a down node was chosen")
 	}
-	n.release()
+	n.Release()
 	var pr prefixRoute
-	r := &Relay{now: time.Now}
-	r.catalog.Store(&Catalog{Models: []*Model{m}})
-	if r.startPrefixRoute(context.Background(), &pr, m, chatReq(t, convo("c", 5, 500))) == nil {
+	if p.Start(context.Background(), &pr, m.ID, m.Backends, chatReq(t, convo("c", 5, 500)), time.Now()) == nil {
 		t.Fatal("no prefix route for a long prompt")
 	}
-	pr.done()
+	pr.Done()
 	if b, _ := first.prefix.size(); b != 0 {
 		t.Fatalf("the down node still indexes %d blocks", b)
 	}
@@ -165,12 +165,12 @@ func TestPrefixRoutingSpreadsUnrelatedPrompts(t *testing.T) {
 	var p picker
 	var st prefixCounters
 	// 400 unrelated prompts, 16 in flight at a time.
-	var inflight []*Node
+	var inflight []*node
 	for i := 0; i < 400; i++ {
 		inflight = append(inflight, routeTurn(t, &p, &st, m, able, convo(fmt.Sprint("unrelated ", i), 1, 1000)))
 		if len(inflight) == 16 {
 			for _, n := range inflight {
-				n.release()
+				n.Release()
 			}
 			inflight = inflight[:0]
 		}
@@ -211,7 +211,7 @@ func TestPrefixRoutingOffForLeastOutstanding(t *testing.T) {
 	}
 }
 
-func chatReq(t testing.TB, msgs []byte) *openai.ChatRequest {
+func chatReq(t *testing.T, msgs []byte) *openai.ChatRequest {
 	t.Helper()
 	cr, err := openai.ParseChatRequest([]byte(`{"model":"m","messages":` + string(msgs) + `}`))
 	if err != nil {
@@ -223,13 +223,12 @@ func chatReq(t testing.TB, msgs []byte) *openai.ChatRequest {
 func TestRoundRobinIgnoresLoad(t *testing.T) {
 	nodes := netNodes(3, 2)
 	m, able := testModel(nodes...)
-	able[0].Routing = RoutingRoundRobin
+	able[0].Routing = RoundRobin
 	var p picker
-	r := &Relay{now: time.Now}
-	count := map[*Node]int{}
+	count := map[*node]int{}
 	for i := 0; i < 6; i++ {
 		var pr prefixRoute
-		_, n, err := p.route(m, able, nil, r.startPrefixRoute(context.Background(), &pr, m, chatReq(t, convo("x", 1, 10))))
+		_, n, err := p.Route(m.ID, able, nil, p.Start(context.Background(), &pr, m.ID, m.Backends, chatReq(t, convo("x", 1, 10)), time.Now()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,73 +241,5 @@ func TestRoundRobinIgnoresLoad(t *testing.T) {
 		if count[n] != 2 {
 			t.Fatalf("round robin counts %v", count)
 		}
-	}
-}
-
-// A reload that keeps a node keeps its index; a node removed or replaced
-// takes its index with it, and routing never sees a stale one.
-func TestPrefixIndexAcrossReloads(t *testing.T) {
-	spec := func(nodes ...NodeSpec) CatalogSpec { return catalog(netModel("m", "up", 100000, 100, 0, nodes...)) }
-	a := NodeSpec{Name: "a", URL: "http://10.0.0.1:8000/v1"}
-	b := NodeSpec{Name: "b", URL: "http://10.0.0.2:8000/v1"}
-	c := NodeSpec{Name: "c", URL: "http://10.0.0.3:8000/v1"}
-	cat := NewCatalog(spec(a, b), nil)
-	if cat.Models[0].Backends[0].Routing != RoutingPrefixCache {
-		t.Fatalf("routing %q", cat.Models[0].Backends[0].Routing)
-	}
-	r := New(cat, Options{}, Deps{})
-	msgs := convo("reload", 2, 800)
-	route := func() *Node {
-		t.Helper()
-		m, _ := r.Catalog().Lookup("m")
-		var pr prefixRoute
-		_, n, err := r.picker.route(m, m.Backends, nil, r.startPrefixRoute(context.Background(), &pr, m, chatReq(t, msgs)))
-		pr.done()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.release()
-		return n
-	}
-	first := route()
-	held, _ := first.prefix.size()
-	if held == 0 {
-		t.Fatal("nothing recorded")
-	}
-	// A reload that keeps the holder: same node, same index, same route.
-	r.SetCatalog(NewCatalog(spec(a, b), r.Catalog()))
-	if n, _ := first.prefix.size(); n != held {
-		t.Fatalf("kept node's index %d blocks, was %d", n, held)
-	}
-	if n := route(); n != first {
-		t.Fatalf("after a reload that kept %s the turn went to %s", first.Name, n.Name)
-	}
-	// The holder's settings change (a new node object, an empty index) and
-	// c is added: the old node is never routed to again.
-	changed := map[string]NodeSpec{"a": a, "b": b}
-	ch := changed[first.Name]
-	ch.MaxConcurrent = 3
-	changed[first.Name] = ch
-	r.SetCatalog(NewCatalog(spec(changed["a"], changed["b"], c), r.Catalog()))
-	again := route()
-	if again == first {
-		t.Fatal("the replaced node is still routed to")
-	}
-	// Remove the node holding the conversation: routing goes elsewhere,
-	// and the stats count the blocks of the nodes in the catalogue only.
-	holder := again.Name
-	var keep []NodeSpec
-	for _, n := range []NodeSpec{a, b, c} {
-		if n.Name != holder {
-			keep = append(keep, n)
-		}
-	}
-	r.SetCatalog(NewCatalog(spec(keep...), r.Catalog()))
-	before := r.PrefixStats().IndexBlocks
-	if n := route(); n.Name == holder {
-		t.Fatalf("routed to removed node %s", holder)
-	}
-	if after := r.PrefixStats(); after.IndexBlocks <= before {
-		t.Fatalf("index blocks %d then %d: the new holder did not record", before, after.IndexBlocks)
 	}
 }
