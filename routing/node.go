@@ -3,7 +3,8 @@
 // (down, with a backoff) and by its real requests (outlier ejection), the
 // prompt prefixes recently sent to it and, when it publishes them, its
 // KV-cache events. The relay asks it for a node among a model's backends and
-// reports what came of the request; routing knows nothing of HTTP.
+// reports what came of the request; routing knows nothing of HTTP (a node's
+// /tokenize, for its events, is asked through package kvevents).
 package routing
 
 import (
