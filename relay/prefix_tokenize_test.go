@@ -156,12 +156,16 @@ func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 	if got := f.tokenizeCalls(); got != calls+1 {
 		t.Fatalf("%d /tokenize calls for one request", got-calls)
 	}
-	// The tokenize request is vLLM's chat form for the backend's model.
+	// The tokenize request is vLLM's chat form for the backend's model,
+	// asked of the conversation's home (its first-ranked node).
 	var body string
-	for _, sim := range f.sims {
+	for i, sim := range f.sims {
 		for _, rec := range sim.AllRequests() {
 			if rec.Path == "/tokenize" {
 				body = string(rec.Body)
+				if i != home {
+					t.Fatalf("/tokenize asked of n%d, the conversation's home is n%d", i, home)
+				}
 			}
 		}
 	}

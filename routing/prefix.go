@@ -170,9 +170,8 @@ var prefixBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 512); return
 // /tokenize is asked for the prompt's token ids (within ctx).
 func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model string, backends []B, cr *openai.ChatRequest, now time.Time) *Request[B, N] {
 	prefix := false
-	var tok *kvevents.Tokenizer // a healthy node's, whose events are matched
-	var tokModel string
-	heard := false // a node's events are trusted now
+	tokenizes := false // a healthy node serves /tokenize
+	heard := false     // a node's events are trusted now
 	at := now.UnixNano()
 	for _, b := range backends {
 		pol := b.Policy()
@@ -187,9 +186,7 @@ func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model strin
 					n.prefix.reset()
 					continue
 				}
-				if tok == nil && n.tok != nil && n.tok.Usable(at) {
-					tok, tokModel = n.tok, pol.Model
-				}
+				tokenizes = tokenizes || n.tok != nil
 				if n.kv != nil && !heard {
 					_, heard = n.kv.Match(nil, at)
 				}
@@ -204,9 +201,11 @@ func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model strin
 		// on any failure the approximate index routes the request. Not for
 		// a conversation's opening alone: no node can hold more of it, so
 		// it goes home whatever the events say.
-		if pr.hashes != nil && tok != nil && heard && len(cr.Field("messages"))-pr.opening > 8 {
-			if ids, err := tok.Tokenize(ctx, tokModel, cr.Field); err == nil && len(ids) > 0 {
-				pr.tokens, pr.promptBytes = ids, len(cr.Field("tools"))+len(cr.Field("messages"))
+		if pr.hashes != nil && tokenizes && heard && len(cr.Field("messages"))-pr.opening > 8 {
+			if tok, tokModel := pr.tokenizer(backends, at); tok != nil {
+				if ids, err := tok.Tokenize(ctx, tokModel, cr.Field); err == nil && len(ids) > 0 {
+					pr.tokens, pr.promptBytes = ids, len(cr.Field("tools"))+len(cr.Field("messages"))
+				}
 			}
 		}
 	}
@@ -214,6 +213,36 @@ func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model strin
 		return nil
 	}
 	return pr
+}
+
+// tokenizer returns the /tokenize client to ask for the conversation's
+// prompt, and the model name to ask in: the healthy node not backed off
+// ranked first for the conversation (its home, when it can), so the work
+// spreads over the nodes with their conversations and a prompt sent again
+// finds its ids in that node's cache. nil when none can.
+func (pr *Request[B, N]) tokenizer(backends []B, at int64) (*kvevents.Tokenizer, string) {
+	var best *Node
+	var model string
+	var rank uint64
+	for _, b := range backends {
+		pol := b.Policy()
+		if pol.Routing != PrefixCache {
+			continue
+		}
+		for _, m := range b.Members() {
+			n := m.State()
+			if n.tok == nil || !n.Healthy() || !n.tok.Usable(at) {
+				continue
+			}
+			if r := rendezvous(pr.conv, n.routeID); best == nil || r > rank {
+				best, model, rank = n, pol.Model, r
+			}
+		}
+	}
+	if best == nil {
+		return nil, ""
+	}
+	return best.tok, model
 }
 
 // hash fills the request's block hashes and its conversation's hash.
