@@ -71,6 +71,14 @@ type Hold struct {
 	Ended time.Time
 }
 
+// ErrNotApplied is in the error of a store's ApplyBilling when the store
+// knows that nothing of the batch was applied (it was never sent, or the
+// transaction failed before its commit). Any other error may come from a
+// batch that was committed with its answer lost: billing then counts its
+// reservations' operations as the worse case (docs/billing.md,
+// "Reservations").
+var ErrNotApplied = errors.New("not applied")
+
 // BillingOpKind is the kind of one operation in a billing batch.
 type BillingOpKind uint8
 

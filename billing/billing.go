@@ -297,10 +297,9 @@ type pending struct {
 	mem *memHold
 	// slot is the journal slot of its record, plus one (0: not journaled).
 	slot int
-	// alone: its batch failed and it was applied again by itself
-	// (retryAlone). The batch may have been committed with its answer
-	// lost, so an operation that is not idempotent (a top-up) may have
-	// been applied twice.
+	// alone: its batch failed, maybe committed with its answer lost, and
+	// it was applied again by itself (retryAlone): an operation that is
+	// not idempotent (a top-up) may have been applied twice.
 	alone bool
 }
 

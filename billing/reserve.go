@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -156,7 +157,7 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 		r.mu.Lock()
 		r.busy = nil
 		close(c)
-		if err != nil || p.alone {
+		if maybeApplied(err) || p.alone {
 			// It may have been committed (twice, if its batch was and
 			// the retry alone too): counted once at most, but noted.
 			r.uncertain = true
@@ -205,13 +206,15 @@ func (b *Biller) giveBackLocked(r *resv) bool {
 	switch {
 	case err != nil:
 		b.log.Error("return reservation", "reservation", r.id, "amount", x.String(), "all", all, "err", err)
-		// It may have been committed: counted as done (no hold is placed
-		// against money the row may no longer hold); the next idle
-		// return gives back whatever the row still holds.
-		r.uncertain = true
-		r.res -= x
-		if all {
-			r.res, r.exists = 0, false
+		if maybeApplied(err) {
+			// Counted as done (no hold is placed against money the
+			// row may no longer hold); the next idle return gives
+			// back whatever the row still holds.
+			r.uncertain = true
+			r.res -= x
+			if all {
+				r.res, r.exists = 0, false
+			}
 		}
 		return false
 	case op.Gone && all && r.uncertain:
@@ -309,11 +312,14 @@ func (b *Biller) accountCharge(m *memHold, p *pending, err error) {
 	r.pending -= op.Covered + op.Return
 	switch {
 	case err != nil:
-		// Nothing was written, or it was and the answer was lost: what
-		// the charge would take from the row counts as taken (resv), and
-		// the hold is back in flight so that a retried settle charges it.
-		r.res -= op.Covered + op.Return
-		r.uncertain = true
+		// Nothing was written, or it may have been with its answer
+		// lost: what the charge would take from the row then counts as
+		// taken (resv). The hold is back in flight so that a retried
+		// settle charges it.
+		if maybeApplied(err) {
+			r.res -= op.Covered + op.Return
+			r.uncertain = true
+		}
 		r.inflight += m.amount
 		b.live.Store(op.HoldID, liveHold{account: r.account, amount: m.amount, mem: m})
 	case op.Gone:
@@ -377,6 +383,12 @@ func (b *Biller) ReturnReservations(ctx context.Context, idle time.Duration) int
 		n++
 	}
 	return n
+}
+
+// maybeApplied reports whether err may come from a batch that was committed
+// with its answer lost: the store does not say it applied nothing.
+func maybeApplied(err error) bool {
+	return err != nil && !errors.Is(err, tollgate.ErrNotApplied) && !errors.Is(err, ErrClosed)
 }
 
 // mulAmount is a × n, or false on overflow.

@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -86,5 +87,19 @@ func TestRetryAloneAppliesNoReturnTwice(t *testing.T) {
 	}
 	if bal, _ := db.Balance(ctx, a.ID); bal.Held != usd("2.6") {
 		t.Errorf("held %s, want 2.6", bal.Held)
+	}
+
+	// A batch the store says it did not apply: the return is retried too.
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: rsv, Return: usd("0.4"),
+		Hold: tollgate.Hold{AccountID: a.ID, KeyID: k.ID}}, done: make(chan struct{})}
+	other := &pending{op: tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: "hold_none"}, done: make(chan struct{})}
+	b.retryAlone(ctx, []*pending{p, other}, []*tollgate.BillingOp{&p.op, &other.op}, fmt.Errorf("refused %w", tollgate.ErrNotApplied))
+	<-p.done
+	<-other.done
+	if p.err != nil || p.alone || p.op.Returned != usd("0.4") {
+		t.Errorf("a return whose batch was not applied, retried: %v, alone %v, returned %s", p.err, p.alone, p.op.Returned)
+	}
+	if bal, _ := db.Balance(ctx, a.ID); bal.Held != usd("2.2") {
+		t.Errorf("held %s, want 2.2", bal.Held)
 	}
 }

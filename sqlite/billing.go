@@ -112,7 +112,9 @@ func (db *DB) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.Billing
 		durable, err = db.applyBilling(ctx, ops, false)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
+		// A failed transaction is rolled back whole, its commit
+		// included: the file is local, no answer can be lost.
+		return nil, fmt.Errorf("sqlite: billing batch of %d %w: %w", len(ops), tollgate.ErrNotApplied, err)
 	}
 	return durable, nil
 }

@@ -541,6 +541,8 @@ func testBillingReservation(t *testing.T, s BillingStore) {
 	dup.Charge.RequestID = c1.Charge.RequestID
 	if err := s.ApplyBilling(ctx(t), []*tollgate.BillingOp{c3, dup}); err == nil {
 		t.Error("a batch with a duplicate request id was applied")
+	} else if !errors.Is(err, tollgate.ErrNotApplied) {
+		t.Errorf("a batch the store refused: %v, want it marked not applied", err)
 	}
 	wantBalance(t, s, a.ID, usd("9.25"), usd("2.75"))
 	if _, err := s.LedgerEntry(ctx(t), c3.Charge.RequestID); !errors.Is(err, tollgate.ErrNotFound) {
