@@ -130,12 +130,8 @@ func (s *Service) StartCheckout(ctx context.Context, accountID string, credit to
 			// credited (docs/payments.md).
 			return tollgate.Payment{}, Checkout{}, tollgate.Errorf(tollgate.CodeAccountDisabled, "the account is disabled")
 		}
-		// One that payments disabled pays at least what it owes, which
-		// the credit settles first: a smaller payment would leave it
-		// disabled with its balance gone.
-		if least := s.OwedMin(h.Owed); h.Owed > 0 && credit < least {
-			return tollgate.Payment{}, Checkout{}, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
-				"the account owes %s USD: the amount must be at least %s USD", h.Owed, least)
+		if err := s.CheckOwed(h, credit); err != nil {
+			return tollgate.Payment{}, Checkout{}, err
 		}
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
@@ -156,6 +152,17 @@ func (s *Service) StartCheckout(ctx context.Context, accountID string, credit to
 		return p, co, err
 	}
 	return p, co, nil
+}
+
+// CheckOwed refuses a credit below OwedMin for an account that payments
+// disabled for what it owes: the credit settles what is owed first, and a
+// smaller one would leave the account disabled with its balance gone.
+func (s *Service) CheckOwed(h tollgate.PaymentHold, credit tollgate.Amount) error {
+	if least := s.OwedMin(h.Owed); h.Held && h.Owed > 0 && credit < least {
+		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
+			"the account owes %s USD: the amount must be at least %s USD", h.Owed, least)
+	}
+	return nil
 }
 
 // OwedMin is the least credit a checkout of an account that owes owed
