@@ -6,12 +6,17 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/browsertest"
 	"github.com/tollgate/tollgate/operator"
 	"github.com/tollgate/tollgate/payments"
 	"github.com/tollgate/tollgate/simulate"
@@ -75,7 +80,7 @@ func (b *holder) signIn(h *harness, acct string) string {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	const pw = "a holder who owes"
+	pw := holderPassword
 	invite := tollgate.InvitePath(token)
 	if st, _, body := b.do("/console/invite", url.Values{"csrf": {b.csrf(invite)}, "token": {token}, "password": {pw}, "confirm": {pw}}); st != http.StatusSeeOther {
 		b.t.Fatalf("set the password: %d\n%s", st, body)
@@ -86,6 +91,8 @@ func (b *holder) signIn(h *harness, acct string) string {
 	}
 	return loc
 }
+
+const holderPassword = "a holder who owes"
 
 var checkoutLink = regexp.MustCompile(`href="([^"]+)" id="checkout-link"`)
 
@@ -142,6 +149,31 @@ func owingAccount(t *testing.T, h *harness, b *holder) (tollgate.Account, string
 	return acct, key, pi
 }
 
+// refund refunds the payment with intent pi in the simulated Stripe, and
+// waits until its webhook has disabled acct and its key.
+func refund(t *testing.T, h *harness, sim *simulate.RunningStripe, acct, pi, key string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, sim.URL()+"/v1/refunds", strings.NewReader(url.Values{"payment_intent": {pi}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer sk_test_e2e")
+	if st, _, body := h.do(req); st != 200 {
+		t.Fatalf("refund: %d %s", st, body)
+	}
+	heldThenRefused(t, h, acct, key)
+}
+
+// heldThenRefused waits until payments disabled acct (no request is sent
+// before: it would spend, and change what is owed), then checks that its
+// key is refused.
+func heldThenRefused(t *testing.T, h *harness, acct, key string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		hold, err := h.main.Store.PaymentHold(t.Context(), acct)
+		return err == nil && hold.Held
+	})
+	waitFor(t, 10*time.Second, func() bool { return h.chatStatus(key) == http.StatusForbidden })
+}
+
 // wantHeld: the console shows the holder only Payments, with the banner.
 func wantHeld(t *testing.T, b *holder, banner string) {
 	t.Helper()
@@ -171,13 +203,7 @@ func TestOwingAccountPaysInConsole(t *testing.T) {
 	// A refund.
 	b := newHolder(t, h)
 	acct, key, pi := owingAccount(t, h, b)
-	req, _ := http.NewRequest(http.MethodPost, sim.URL()+"/v1/refunds", strings.NewReader(url.Values{"payment_intent": {pi}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Authorization", "Bearer sk_test_e2e")
-	if st, _, body := h.do(req); st != 200 {
-		t.Fatalf("refund: %d %s", st, body)
-	}
-	waitFor(t, 10*time.Second, func() bool { return h.chatStatus(key) == http.StatusForbidden })
+	refund(t, h, sim, acct.ID, pi, key)
 	if hold, err := h.main.Store.PaymentHold(ctx, acct.ID); err != nil || !hold.Held || hold.Owed != tollgate.Dollars(23) {
 		t.Fatalf("hold after the refund: %+v, %v", hold, err)
 	}
@@ -216,7 +242,7 @@ func TestOwingAccountPaysInConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return h.chatStatus(key) == http.StatusForbidden })
+	heldThenRefused(t, h, acct.ID, key)
 	wantHeld(t, d, owes)
 	d.pay("23")
 	waitFor(t, 10*time.Second, func() bool {
@@ -236,5 +262,78 @@ func TestOwingAccountPaysInConsole(t *testing.T) {
 	}
 	if st, body := h.adminGet(t, "/admin/v1/audit", "s3cret"); st != 200 || !strings.Contains(body, `"ok": true`) {
 		t.Fatalf("audit: %d %s", st, body)
+	}
+}
+
+// TestOwingAccountInBrowser: in headless Chromium, the holder of an account
+// that a refund left owing signs in and lands on Payments: the banner says
+// what is owed, the amount is quoted already, the navigation offers
+// Activity and Payments alone and the banner and form fit a phone's width;
+// Pay leads to the simulated Checkout page, and once what is owed is paid
+// the key is no longer refused (402: nothing left to spend) and the console
+// is whole again. It runs when TOLLGATE_TEST_BROWSER is set;
+// TOLLGATE_SCREENSHOTS=update rewrites docs/console/payments-owing.png.
+func TestOwingAccountInBrowser(t *testing.T) {
+	browserPath := browsertest.Path(t)
+	h, sim := owingWorld(t)
+	b := newHolder(t, h)
+	acct, key, pi := owingAccount(t, h, b)
+	refund(t, h, sim, acct.ID, pi, key)
+	base := "http://" + h.main.Addr("api")
+
+	ctx := browsertest.Context(t, browserPath, chromedp.WindowSize(1280, 900))
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(js string) bool { t.Helper(); return browsertest.True(t, ctx, js) }
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	run("sign in",
+		chromedp.Navigate(base+"/console/signin"),
+		chromedp.WaitVisible(css(`input[name=account]`)),
+		chromedp.SendKeys(css(`input[name=account]`), acct.ID),
+		chromedp.SendKeys(css(`input[name=password]`), holderPassword),
+		chromedp.Click(css(`main button[type=submit]`)),
+		chromedp.WaitVisible(css(`#hold`)),
+		chromedp.WaitVisible(css(`#quote-total`)),
+	)
+	if !eval(`location.pathname === "/console/payments" && document.querySelector("#hold").textContent.includes("This account owes 23.000000 USD")`) {
+		t.Fatal("the sign-in of an owing account does not land on Payments with what it owes")
+	}
+	if !eval(`[...document.querySelectorAll("nav a")].map(a => a.getAttribute("href")).join(" ") === "/console/activity /console/payments"`) {
+		t.Fatal("the navigation of an owing account offers more than Activity and Payments")
+	}
+	if dir := os.Getenv("TOLLGATE_SCREENSHOTS"); dir != "" {
+		if dir == "update" {
+			dir = filepath.Join("..", "..", "docs", "console")
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "payments-owing.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("on a phone",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile),
+		chromedp.Navigate(base+"/console/keys"), // sent to Payments
+		chromedp.WaitVisible(css(`#hold`)))
+	if eval(`document.documentElement.scrollWidth > window.innerWidth + 1`) {
+		t.Error("the Payments page of an owing account is wider than a phone")
+	}
+	run("pay on the simulated Checkout page",
+		chromedp.EmulateViewport(1280, 900),
+		chromedp.Click(css(`#quote button[type=submit]`)),
+		chromedp.WaitVisible(css(`#pay`)),
+		chromedp.Click(css(`#pay`)),
+	)
+	// Exactly what was owed: the account is enabled with nothing to spend.
+	waitFor(t, 10*time.Second, func() bool { return h.chatStatus(key) == http.StatusPaymentRequired })
+	run("the console is whole again", chromedp.Navigate(base+"/console/"), chromedp.WaitVisible(css(`#balance`)))
+	if eval(`document.getElementById("hold") !== null`) {
+		t.Error("the banner stays once what was owed is paid")
 	}
 }
