@@ -179,9 +179,9 @@ func (c *Console) Page(h func(http.ResponseWriter, *http.Request) error) http.Ha
 
 // SignedIn is Page for a page of a signed-in account holder: without a
 // live session the browser is sent to the sign-in page, and a POST without
-// the session's CSRF token is refused.
-// An account that payments disabled (a refund or dispute took more than
-// its balance) is sent to the Payments page instead.
+// the session's CSRF token is refused. An account that payments disabled
+// (what it owes, a dispute) is sent to the Payments page instead, and its
+// forms are refused.
 func (c *Console) SignedIn(h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return c.Page(c.signedIn(h, false))
 }
