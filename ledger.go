@@ -64,6 +64,11 @@ type Hold struct {
 	Owner   string
 	Created time.Time
 	Expires time.Time
+	// Ended is when the store learnt that the hold's request had ended
+	// while its settle or release could not be written (zero: running).
+	// Such a hold is no longer renewed and is released by the sweep
+	// (docs/billing.md, "No hold stranded").
+	Ended time.Time
 }
 
 // BillingOpKind is the kind of one operation in a billing batch.
@@ -178,7 +183,10 @@ type AccountAudit struct {
 	HoldsSum     Amount `json:"holds_sum"`
 	ActiveHolds  int64  `json:"active_holds"`
 	ExpiredHolds int64  `json:"expired_holds"` // active holds whose lease ended before the audit's cut-off
-	Uncollected  Amount `json:"uncollected"`
+	// StrandedHolds are the ids of the holds whose request ended (Hold.Ended)
+	// before the audit's cut-off and that are still held.
+	StrandedHolds []string `json:"stranded_holds,omitzero"`
+	Uncollected   Amount   `json:"uncollected"`
 	// Payments (docs/payments.md): the net of the payment kinds' rows,
 	// what the account owes as stored and as its rows say, and the payment
 	// credits in the ledger beside the credits of its credited payments.

@@ -309,6 +309,7 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 		var durable func()
 		durable, err = c.ApplyBillingCommitted(ctx, ops)
 		write = time.Since(start)
+		b.storeAnswered(err)
 		if err == nil {
 			// The next batch may be written while this one's commit is
 			// being made durable; its callers are answered after that.
@@ -320,6 +321,7 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 	} else {
 		err = b.st.ApplyBilling(ctx, ops)
 		write = time.Since(start)
+		b.storeAnswered(err)
 	}
 	// On an error nothing of the batch was applied; no commit is coming
 	// for the acker to wait for.
@@ -356,6 +358,7 @@ func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollga
 	b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
 	for i, p := range batch {
 		p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
+		b.storeAnswered(p.err)
 		b.answer(p)
 	}
 }

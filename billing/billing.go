@@ -28,10 +28,17 @@ type Store interface {
 	// ApplyBilling applies ops in order in one transaction, filling in
 	// their results; an error means none was applied.
 	ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
-	// RenewHolds extends to expires the lease of owner's holds created after createdAfter.
+	// RenewHolds extends to expires the lease of owner's holds created
+	// after createdAfter, except those marked ended (EndHolds).
 	RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error)
-	// SweepHolds releases up to limit holds whose lease ended before now.
-	SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error)
+	// EndHolds marks the hold rows ids as ended at: their request ended
+	// but their settle or release could not be written. A marked hold is
+	// not renewed and is swept once its mark is old enough; the audit
+	// reports it when its mark is older than the audit's grace.
+	EndHolds(ctx context.Context, ids []string, at time.Time) (int64, error)
+	// SweepHolds releases up to limit holds whose lease ended before now
+	// or that were marked ended before endedBefore.
+	SweepHolds(ctx context.Context, now, endedBefore time.Time, limit int) ([]tollgate.Hold, error)
 }
 
 // Committer is a Store that can report a batch committed before it is
@@ -233,6 +240,12 @@ type Biller struct {
 	// release could not be written, to their account (ended).
 	endedMu    sync.Mutex
 	endedHolds map[string]string
+	// storeFailing: the last store call of the batch writer, the renewals
+	// or the sweep could not reach the store (storeAnswered). storeBack
+	// is signalled when one reaches it again: Run's catch-up then writes
+	// what was kept at once rather than at the next sweep.
+	storeFailing atomic.Bool
+	storeBack    chan struct{}
 	// recoverFails counts failed recoveries of dead instances' journals
 	// by path (under failedMu).
 	recoverFails map[string]int
@@ -304,7 +317,8 @@ func New(st Store, o Options) *Biller {
 // created; the Biller is usable either way.
 func Open(st Store, o Options) (*Biller, error) {
 	o.setDefaults()
-	b := &Biller{st: st, opts: o, log: o.Logger, wake: make(chan struct{}, 1), quit: make(chan struct{}), resvs: map[resvKey]*resv{}}
+	b := &Biller{st: st, opts: o, log: o.Logger, wake: make(chan struct{}, 1), quit: make(chan struct{}), resvs: map[resvKey]*resv{},
+		storeBack: make(chan struct{}, 1)}
 	var jerr error
 	if o.Journal != "" {
 		b.jnl, jerr = openJournal(o.Journal, o.Instance)

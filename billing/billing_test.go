@@ -413,8 +413,12 @@ func (s slowStore) RenewHolds(ctx context.Context, owner string, expires, create
 	return s.db.RenewHolds(ctx, owner, expires, createdAfter)
 }
 
-func (s slowStore) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
-	return s.db.SweepHolds(ctx, now, limit)
+func (s slowStore) EndHolds(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	return s.db.EndHolds(ctx, ids, at)
+}
+
+func (s slowStore) SweepHolds(ctx context.Context, now, endedBefore time.Time, limit int) ([]tollgate.Hold, error) {
+	return s.db.SweepHolds(ctx, now, endedBefore, limit)
 }
 
 // TestBatchOfOneStillLingers: after a batch of one operation, the next batch
@@ -719,7 +723,7 @@ type stuckSweepStore struct {
 	stuck    chan struct{}
 }
 
-func (s *stuckSweepStore) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+func (s *stuckSweepStore) SweepHolds(ctx context.Context, now, endedBefore time.Time, limit int) ([]tollgate.Hold, error) {
 	select {
 	case <-s.stuck:
 	case <-ctx.Done():

@@ -151,8 +151,11 @@ type AuditReport struct {
 // is what its refund, dispute and owed_settled entries leave owed, that
 // its payment entries are the credits of its credited payments (each
 // payment credited once), that what is held is the sum of
-// its holds and within the balance, and that no hold's lease ended more than
-// grace ago (a hold the sweeper should have released: orphaned); and for
+// its holds and within the balance, that no hold's lease ended more than
+// grace ago (a hold the sweeper should have released: orphaned), and that
+// no hold whose request ended (tollgate.Hold.Ended) was marked so more
+// than grace ago (stranded: the sweep releases such a hold one sweep
+// interval after its mark, docs/billing.md "No hold stranded"); and for
 // every key, that its spent and held totals match the ledger and the holds.
 func Audit(ctx context.Context, st BooksStore, now time.Time, grace time.Duration) (AuditReport, error) {
 	r := AuditReport{Time: now.UTC(), Problems: []string{}}
@@ -191,6 +194,10 @@ func Audit(ctx context.Context, st BooksStore, now time.Time, grace time.Duratio
 		if a.ExpiredHolds > 0 {
 			bad("account %s: %d holds whose lease ended more than %s ago (orphaned: is the sweeper running?)",
 				a.AccountID, a.ExpiredHolds, grace)
+		}
+		if n := len(a.StrandedHolds); n > 0 {
+			bad("account %s: %d holds whose request ended more than %s ago are still held (stranded: neither their instance nor a sweep released them): %s",
+				a.AccountID, n, grace, strings.Join(a.StrandedHolds, " "))
 		}
 	}
 	for _, k := range keys {

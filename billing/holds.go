@@ -111,47 +111,6 @@ func (b *Biller) Settle(ctx context.Context, holdID string, c tollgate.Charge) (
 	return b.settleDone(p, err)
 }
 
-// ended notes the hold of a request that has ended but whose settle or
-// release could not be written (the store was away, and the charge was
-// not kept in the journal: the client was told it was not charged). Its
-// row would otherwise have its lease renewed by this instance for as long
-// as it lives; ReleaseEnded releases it at the next sweep that reaches the
-// store.
-func (b *Biller) ended(holdID, account string) {
-	b.endedMu.Lock()
-	if b.endedHolds == nil {
-		b.endedHolds = map[string]string{}
-	}
-	b.endedHolds[holdID] = account
-	b.endedMu.Unlock()
-}
-
-// ReleaseEnded releases the holds noted by ended and returns how many it
-// released; those the store still refuses wait for the next call.
-func (b *Biller) ReleaseEnded(ctx context.Context) int {
-	b.endedMu.Lock()
-	hs := b.endedHolds
-	b.endedHolds = nil
-	b.endedMu.Unlock()
-	n := 0
-	for id, account := range hs {
-		if ctx.Err() != nil {
-			b.ended(id, account)
-			continue
-		}
-		op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: id, Hold: tollgate.Hold{AccountID: account}})
-		if err != nil {
-			b.ended(id, account)
-			continue
-		}
-		if !op.Replayed {
-			b.released.Add(1)
-		}
-		n++
-	}
-	return n
-}
-
 // early reports whether p, a settle within its hold, may return before its
 // commit: with AsyncSettle, or once its record is in the journal. It marks
 // p as nobody's wait (pending.background, pending.async).
@@ -182,8 +141,15 @@ func (b *Biller) answered(p *pending) {
 		return
 	}
 	if _, err := b.finish(p); err != nil {
-		b.log.Error("settle failed; its hold stays until its lease ends", "request_id", p.op.Charge.RequestID,
+		// Answered without a journal record (AsyncSettle): the charge is
+		// lost, and the request has ended, so its hold must not stay.
+		b.log.Error("settle failed; its hold is released", "request_id", p.op.Charge.RequestID,
 			"hold", p.op.HoldID, "cost", p.op.Charge.Cost.String(), "err", err)
+		if p.mem == nil {
+			b.ended(p.op.HoldID, p.op.Charge.AccountID)
+		} else if lh, ok := b.live.LoadAndDelete(p.op.HoldID); ok && lh.mem != nil {
+			b.releaseReserved(lh.mem) // finish put it back in flight
+		}
 		return
 	}
 	b.journalDone(p)

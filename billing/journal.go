@@ -461,7 +461,9 @@ func (b *Biller) recoverJournal(ctx context.Context, path string) (int, error) {
 			r.op.Recovered = true
 			ops[i] = r.op
 		}
-		if err := b.st.ApplyBilling(ctx, ops); storefail.Unavailable(err) {
+		err := b.st.ApplyBilling(ctx, ops)
+		b.storeAnswered(err)
+		if storefail.Unavailable(err) {
 			// The store is away: everything left waits for the next pass
 			// (a record applied meanwhile is recognised by its hold id).
 			return applied, storefail.Wrap("billing_recover",
@@ -547,7 +549,7 @@ func (b *Biller) recovered(op *tollgate.BillingOp) {
 // retry loses nothing) and its money stays held: in its hold row, or as
 // pending in its reservation.
 func (b *Biller) keepJournaled(p *pending) {
-	b.log.Error("a charge already answered could not be committed; it is retried at every sweep, and applied from the journal if this process ends first",
+	b.log.Error("a charge already answered could not be committed; it is retried as soon as the store answers, and applied from the journal if this process ends first",
 		"request_id", p.op.Charge.RequestID, "hold", p.op.HoldID, "cost", p.op.Charge.Cost.String(), "err", p.err)
 	b.failedMu.Lock()
 	b.failed = append(b.failed, p)
@@ -571,7 +573,9 @@ func (b *Biller) RetryJournaled(ctx context.Context) int {
 	for i, p := range fs {
 		op := &p.op
 		op.Recovered = true
-		if err := b.st.ApplyBilling(ctx, []*tollgate.BillingOp{op}); err != nil {
+		err := b.st.ApplyBilling(ctx, []*tollgate.BillingOp{op})
+		b.storeAnswered(err)
+		if err != nil {
 			// The database still refuses: the rest waits for the next
 			// pass rather than each wait out a busy timeout now.
 			p.err = err

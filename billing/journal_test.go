@@ -37,8 +37,8 @@ type chargeGate struct {
 
 func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	for _, op := range ops {
-		if g.fail.Load() && g.away.Load() && op.Kind != tollgate.OpHold && op.Kind != tollgate.OpReserve {
-			return fmt.Errorf("billing batch: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		if err := g.unreachable("billing batch"); err != nil && op.Kind != tollgate.OpHold && op.Kind != tollgate.OpReserve {
+			return err
 		}
 		if op.Kind == tollgate.OpCharge || op.Kind == tollgate.OpSettle {
 			if g.fail.Load() {
@@ -57,12 +57,33 @@ func (g *chargeGate) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp
 	return g.db.ApplyBilling(ctx, ops)
 }
 
+// unreachable is the error of a call while the gate's database is away.
+func (g *chargeGate) unreachable(call string) error {
+	if g.fail.Load() && g.away.Load() {
+		return fmt.Errorf("%s: %w", call, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	}
+	return nil
+}
+
 func (g *chargeGate) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
+	if err := g.unreachable("renew holds"); err != nil {
+		return 0, err
+	}
 	return g.db.RenewHolds(ctx, owner, expires, createdAfter)
 }
 
-func (g *chargeGate) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
-	return g.db.SweepHolds(ctx, now, limit)
+func (g *chargeGate) EndHolds(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	if err := g.unreachable("end holds"); err != nil {
+		return 0, err
+	}
+	return g.db.EndHolds(ctx, ids, at)
+}
+
+func (g *chargeGate) SweepHolds(ctx context.Context, now, endedBefore time.Time, limit int) ([]tollgate.Hold, error) {
+	if err := g.unreachable("sweep holds"); err != nil {
+		return nil, err
+	}
+	return g.db.SweepHolds(ctx, now, endedBefore, limit)
 }
 
 // journalSetup is an account with 10 USD and its key, a journal directory,

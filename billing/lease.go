@@ -16,8 +16,12 @@ func (b *Biller) Run(ctx context.Context) error {
 	// Renewals have a loop of their own: a sweep, or giving back a slice
 	// that waits for the billing queue, must never hold up the renewal
 	// that keeps this instance's running requests' holds alive.
-	renewed := make(chan struct{})
-	defer func() { <-renewed }()
+	renewed, caught := make(chan struct{}), make(chan struct{})
+	defer func() { <-renewed; <-caught }()
+	go func() {
+		defer close(caught)
+		b.catchUp(ctx)
+	}()
 	go func() {
 		defer close(renewed)
 		renew := time.NewTicker(b.opts.Renew)
@@ -48,8 +52,7 @@ func (b *Biller) Run(ctx context.Context) error {
 		// sweeps and the return of idle reservations) for long.
 		jctx, cancel := context.WithTimeout(ctx, journalPass)
 		defer cancel()
-		b.RetryJournaled(jctx)
-		b.ReleaseEnded(jctx)
+		b.CatchUp(jctx)
 		if _, err := b.RecoverJournals(jctx); err != nil && ctx.Err() == nil {
 			// An outage of the store is waited out, however long (nor
 			// could a sweep run): it does not count towards the skips.
@@ -87,19 +90,25 @@ const maxRecoverSkips = 10
 // journalPass bounds one pass of RetryJournaled and RecoverJournals in Run.
 const journalPass = 30 * time.Second
 
-// RenewOnce extends the leases of this instance's holds by one Lease.
+// RenewOnce extends the leases of this instance's holds by one Lease, but
+// not those of holds whose request ended (marked by CatchUp).
 func (b *Biller) RenewOnce(ctx context.Context) error {
 	now := b.opts.Now()
 	_, err := b.st.RenewHolds(ctx, b.opts.Instance, now.Add(b.opts.Lease), now.Add(-b.opts.MaxAge))
+	b.storeAnswered(err)
 	return err
 }
 
-// SweepOnce releases every hold whose lease has ended and returns how many.
+// SweepOnce releases every hold whose lease has ended, and every hold whose
+// request was marked ended more than one Sweep ago (its instance has had
+// that long to settle or release it itself), and returns how many.
 func (b *Biller) SweepOnce(ctx context.Context) int {
 	const limit = 500
 	n := 0
 	for {
-		hs, err := b.st.SweepHolds(ctx, b.opts.Now(), limit)
+		now := b.opts.Now()
+		hs, err := b.st.SweepHolds(ctx, now, now.Add(-b.opts.Sweep), limit)
+		b.storeAnswered(err)
 		if err != nil {
 			if ctx.Err() == nil {
 				b.log.Error("sweep expired holds", "err", err)
@@ -107,6 +116,11 @@ func (b *Biller) SweepOnce(ctx context.Context) int {
 			return n
 		}
 		for _, h := range hs {
+			if !h.Ended.IsZero() {
+				b.log.Warn("released the hold of a request that ended", "hold", h.ID, "request_id", h.RequestID,
+					"account", h.AccountID, "owner", h.Owner, "amount", h.Amount.String(), "ended", h.Ended)
+				continue
+			}
 			b.log.Warn("released an expired hold", "hold", h.ID, "request_id", h.RequestID, "account", h.AccountID,
 				"owner", h.Owner, "amount", h.Amount.String())
 		}

@@ -205,21 +205,37 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 	return br.Close()
 }
 
-// RenewHolds extends the lease of every hold owned by owner and created after
-// createdAfter to expires, and returns how many it renewed.
+// RenewHolds extends the lease of every hold owned by owner, created after
+// createdAfter and not marked ended (EndHolds) to expires, and returns how
+// many it renewed.
 func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
-	tag, err := db.pool.Exec(ctx, `UPDATE holds SET expires = $1 WHERE owner = $2 AND (created > $3 OR request_id = '') AND expires < $1`,
-		expires, owner, createdAfter)
+	tag, err := db.pool.Exec(ctx, `UPDATE holds SET expires = $1 WHERE owner = $2 AND (created > $3 OR request_id = '') AND expires < $1
+		AND ended IS NULL`, expires, owner, createdAfter)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: renew holds of %s: %w", owner, err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-// SweepHolds releases up to limit holds whose lease ended before now and
-// returns them; it also drops rate windows older than two minutes.
-func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < $1 ORDER BY account_id LIMIT $2`, now, limit)
+// EndHolds marks the holds ids as ended at (their request ended, but their
+// settle or release could not be written): RenewHolds no longer extends
+// them, SweepHolds releases them once the mark is old enough, and the audit
+// reports them when it is older than its grace. A hold already marked keeps
+// its first mark; one that is gone is skipped. It returns how many it marked.
+func (db *DB) EndHolds(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `UPDATE holds SET ended = $1 WHERE id = ANY($2) AND ended IS NULL AND request_id <> ''`, at, ids)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: mark %d holds ended: %w", len(ids), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// SweepHolds releases up to limit holds whose lease ended before now, or
+// that were marked ended (EndHolds) before endedBefore, and returns them; it
+// also drops rate windows older than two minutes.
+func (db *DB) SweepHolds(ctx context.Context, now, endedBefore time.Time, limit int) ([]tollgate.Hold, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < $1 OR ended < $2
+		ORDER BY account_id LIMIT $3`, now, endedBefore, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: sweep holds: %w", err)
 	}
@@ -248,16 +264,20 @@ func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollg
 	return out, nil
 }
 
-const holdColumns = `id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires`
+const holdColumns = `id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires, ended`
 
 func scanHold(row pgx.CollectableRow) (tollgate.Hold, error) {
 	var h tollgate.Hold
 	var class string
 	var amount int64
+	var ended *time.Time
 	err := row.Scan(&h.ID, &h.RequestID, &h.AccountID, &h.KeyID, &h.Model, &class, &amount, &h.Tokens, &h.Minute,
-		&h.Owner, &h.Created, &h.Expires)
+		&h.Owner, &h.Created, &h.Expires, &ended)
 	h.Class, h.Amount = tollgate.BackendClass(class), tollgate.Amount(amount)
 	h.Created, h.Expires = h.Created.UTC(), h.Expires.UTC()
+	if ended != nil {
+		h.Ended = ended.UTC()
+	}
 	return h, err
 }
 
@@ -402,7 +422,8 @@ func (db *DB) LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry,
 
 // Audit returns, for every account and key, the stored balances beside what
 // the ledger and the holds add up to, from one snapshot (REPEATABLE READ).
-// Holds whose lease ended before expiredBefore are counted as expired.
+// Holds whose lease ended before expiredBefore are counted as expired; those
+// whose request was marked ended before it are listed.
 func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.AccountAudit, []tollgate.KeyAudit, error) {
 	var accts []tollgate.AccountAudit
 	var keys []tollgate.KeyAudit
@@ -417,10 +438,12 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 					(sum(uncollected) FILTER (WHERE kind = 'charge'))::bigint AS uncollected
 				FROM ledger GROUP BY account_id),
 			h AS (
-				SELECT account_id, (sum(amount))::bigint AS amount, count(*) AS n, count(*) FILTER (WHERE expires < $1) AS expired
+				SELECT account_id, (sum(amount))::bigint AS amount, count(*) AS n, count(*) FILTER (WHERE expires < $1) AS expired,
+					array_agg(id ORDER BY id) FILTER (WHERE ended < $1) AS stranded
 				FROM holds GROUP BY account_id)
 			SELECT a.id, a.balance, a.held, coalesce(l.opening, 0), coalesce(l.credits, 0), coalesce(l.debits, 0),
 				coalesce(l.charges, 0), coalesce(l.uncollected, 0), coalesce(h.amount, 0), coalesce(h.n, 0), coalesce(h.expired, 0),
+				coalesce(h.stranded, '{}'),
 				`+paystore.AuditColumns+`
 			FROM accounts a LEFT JOIN l ON l.account_id = a.id LEFT JOIN h ON h.account_id = a.id
 			ORDER BY a.created, a.id`, expiredBefore)
@@ -430,8 +453,11 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 		accts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (tollgate.AccountAudit, error) {
 			var a tollgate.AccountAudit
 			var v [8]int64
-			err := r.Scan(append([]any{&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds},
-				paystore.AuditDest(&a)...)...)
+			err := r.Scan(append([]any{&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds,
+				&a.StrandedHolds}, paystore.AuditDest(&a)...)...)
+			if len(a.StrandedHolds) == 0 {
+				a.StrandedHolds = nil
+			}
 			a.Balance, a.Held, a.Opening, a.Credits, a.Debits = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3]), tollgate.Amount(v[4])
 			a.Charges, a.Uncollected, a.HoldsSum = tollgate.Amount(v[5]), tollgate.Amount(v[6]), tollgate.Amount(v[7])
 			return a, err

@@ -606,11 +606,13 @@ func (b *txStmts) release(id string, op *tollgate.BillingOp) (bool, error) {
 
 // RenewHolds extends the lease of every hold owned by owner to expires, for
 // holds created after createdAfter (a hold older than the longest request is
-// left to expire, whatever its owner thinks). It returns how many it renewed.
+// left to expire, whatever its owner thinks) and not marked ended (EndHolds).
+// It returns how many it renewed.
 func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfter time.Time) (int64, error) {
 	var n int64
 	err := db.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE holds SET expires = ? WHERE owner = ? AND (created > ? OR request_id = '') AND expires < ?`,
+		res, err := tx.ExecContext(ctx, `UPDATE holds SET expires = ? WHERE owner = ? AND (created > ? OR request_id = '') AND expires < ?
+			AND ended = 0`,
 			toMicros(expires), owner, toMicros(createdAfter), toMicros(expires))
 		if err != nil {
 			return err
@@ -624,14 +626,49 @@ func (db *DB) RenewHolds(ctx context.Context, owner string, expires, createdAfte
 	return n, nil
 }
 
-// SweepHolds releases up to limit holds whose lease ended before now and
-// returns them; it also drops rate windows older than two minutes.
-func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollgate.Hold, error) {
+// EndHolds marks the holds ids as ended at (their request ended, but their
+// settle or release could not be written): RenewHolds no longer extends
+// them, SweepHolds releases them once the mark is old enough, and the audit
+// reports them when it is older than its grace. A hold already marked keeps
+// its first mark; one that is gone is skipped. It returns how many it marked.
+func (db *DB) EndHolds(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	var n int64
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		n = 0
+		st, err := tx.PrepareContext(ctx, `UPDATE holds SET ended = ? WHERE id = ? AND ended = 0 AND request_id <> ''`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, id := range ids {
+			res, err := st.ExecContext(ctx, toMicros(at), id)
+			if err != nil {
+				return err
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += k
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: mark %d holds ended: %w", len(ids), err)
+	}
+	return n, nil
+}
+
+// SweepHolds releases up to limit holds whose lease ended before now, or
+// that were marked ended (EndHolds) before endedBefore, and returns them; it
+// also drops rate windows older than two minutes.
+func (db *DB) SweepHolds(ctx context.Context, now, endedBefore time.Time, limit int) ([]tollgate.Hold, error) {
 	var out []tollgate.Hold
 	err := db.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		b := &txStmts{ctx: ctx, tx: tx, s: &db.bill}
-		rows, err := tx.QueryContext(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < ? ORDER BY expires LIMIT ?`, toMicros(now), limit)
+		rows, err := tx.QueryContext(ctx, `SELECT `+holdColumns+` FROM holds WHERE expires < ? OR (ended > 0 AND ended < ?)
+			ORDER BY expires LIMIT ?`, toMicros(now), toMicros(endedBefore), limit)
 		if err != nil {
 			return err
 		}
@@ -655,7 +692,7 @@ func (db *DB) SweepHolds(ctx context.Context, now time.Time, limit int) ([]tollg
 	return out, nil
 }
 
-const holdColumns = `id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires`
+const holdColumns = `id, request_id, account_id, key_id, model, class, amount, tokens, minute, owner, created, expires, ended`
 
 func scanHolds(rows *sql.Rows) ([]tollgate.Hold, error) {
 	defer rows.Close()
@@ -663,13 +700,16 @@ func scanHolds(rows *sql.Rows) ([]tollgate.Hold, error) {
 	for rows.Next() {
 		var h tollgate.Hold
 		var class string
-		var amount, created, expires int64
+		var amount, created, expires, ended int64
 		if err := rows.Scan(&h.ID, &h.RequestID, &h.AccountID, &h.KeyID, &h.Model, &class, &amount, &h.Tokens, &h.Minute,
-			&h.Owner, &created, &expires); err != nil {
+			&h.Owner, &created, &expires, &ended); err != nil {
 			return nil, err
 		}
 		h.Class, h.Amount = tollgate.BackendClass(class), tollgate.Amount(amount)
 		h.Created, h.Expires = fromMicros(created), fromMicros(expires)
+		if ended > 0 {
+			h.Ended = fromMicros(ended)
+		}
 		out = append(out, h)
 	}
 	return out, rows.Err()
@@ -824,7 +864,8 @@ func (db *DB) LedgerEntry(ctx context.Context, id string) (tollgate.LedgerEntry,
 
 // Audit returns, for every account and key, the stored balances beside what
 // the ledger and the holds add up to, in one read transaction (a consistent
-// snapshot). Holds whose lease ended before expiredBefore are counted as expired.
+// snapshot). Holds whose lease ended before expiredBefore are counted as
+// expired; those whose request was marked ended before it are listed.
 func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.AccountAudit, []tollgate.KeyAudit, error) {
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -839,7 +880,8 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 		coalesce((SELECT sum(uncollected) FROM ledger l WHERE l.account_id = a.id AND kind = 'charge'), 0),
 		coalesce((SELECT sum(amount) FROM holds h WHERE h.account_id = a.id), 0),
 		(SELECT count(*) FROM holds h WHERE h.account_id = a.id),
-		(SELECT count(*) FROM holds h WHERE h.account_id = a.id AND h.expires < ?),
+		(SELECT count(*) FROM holds h WHERE h.account_id = a.id AND h.expires < ?1),
+		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM holds h WHERE h.account_id = a.id AND h.ended > 0 AND h.ended < ?1 ORDER BY id)), ''),
 		`+paystore.AuditColumns+`
 		FROM accounts a ORDER BY a.created, a.id`, toMicros(expiredBefore))
 	if err != nil {
@@ -849,11 +891,13 @@ func (db *DB) Audit(ctx context.Context, expiredBefore time.Time) ([]tollgate.Ac
 	for rows.Next() {
 		var a tollgate.AccountAudit
 		var v [9]int64
-		if err := rows.Scan(append([]any{&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds},
+		var stranded string
+		if err := rows.Scan(append([]any{&a.AccountID, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &a.ActiveHolds, &a.ExpiredHolds, &stranded},
 			paystore.AuditDest(&a)...)...); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("sqlite: audit: %w", err)
 		}
+		a.StrandedHolds = strings.Fields(stranded)
 		a.Balance, a.Held, a.Opening, a.Credits, a.Debits = tollgate.Amount(v[0]), tollgate.Amount(v[1]), tollgate.Amount(v[2]), tollgate.Amount(v[3]), tollgate.Amount(v[4])
 		a.Charges, a.Uncollected, a.HoldsSum = tollgate.Amount(v[5]), tollgate.Amount(v[6]), tollgate.Amount(v[7])
 		accts = append(accts, a)

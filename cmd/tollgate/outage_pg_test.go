@@ -113,7 +113,7 @@ func TestOutageOwnPostgres(t *testing.T) {
 	c := startPGCluster(t)
 	t.Setenv(postgres.TestEnv, c.url())
 	schema := postgres.NewTestSchema(t)
-	outageScenario(t, schema, pgURLWithSchema(t, schema), func(kill func()) (down, restored time.Time) {
+	outageScenario(t, schema, pgURLWithSchema(t, schema), "200ms", func(kill func()) (down, restored time.Time) {
 		c.ctl("restart", "-m", "immediate")
 		time.Sleep(1500 * time.Millisecond)
 		c.ctl("stop", "-m", "fast")

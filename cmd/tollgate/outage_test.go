@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -271,9 +272,9 @@ func callFleet(client *http.Client, api, key, kind string, n int) (o outcome) {
 }
 
 // fleetLoad runs clients against the fleet's live instances until stop,
-// a mix of non-streamed, streamed and idempotent requests, and returns
-// every outcome.
-func fleetLoad(procs func() []*proc, key string, clients int, stop <-chan struct{}) func() []outcome {
+// a mix of non-streamed, streamed and idempotent requests. so far returns
+// the outcomes so far; wait waits for the clients and returns every one.
+func fleetLoad(procs func() []*proc, key string, clients int, stop <-chan struct{}) (so func() []outcome, wait func() []outcome) {
 	var mu sync.Mutex
 	var all []outcome
 	var wg sync.WaitGroup
@@ -298,18 +299,22 @@ func fleetLoad(procs func() []*proc, key string, clients int, stop <-chan struct
 			}
 		}()
 	}
-	return func() []outcome { wg.Wait(); return all }
+	so = func() []outcome { mu.Lock(); defer mu.Unlock(); return slices.Clone(all) }
+	return so, func() []outcome { wg.Wait(); return all }
 }
 
 // TestOutageLosesNoCharge: three `tollgate serve` processes on one
-// PostgreSQL under a mixed load; the database goes away (every connection
-// reset, new ones refused) for 3 s, and one instance is killed with
-// kill -9 while it is away. Then, per request id: every cost a client saw
-// is in the ledger, once, to the picodollar; nothing was answered 500; a
-// refusal is 503 store_unavailable; nothing stays held; the audit is clean.
+// PostgreSQL under a mixed load, their sweep an hour apart; the database
+// goes away (every connection reset, new ones refused) for 3 s, and one
+// instance is killed with kill -9 while it is away. Then, per request id:
+// every cost a client saw before the database came back is in the ledger
+// within 10 s of its return (written by the instances' catch-up: no sweep
+// runs), every cost a client saw is in it once, to the picodollar; nothing
+// was answered 500; a refusal is 503 store_unavailable; no live instance
+// keeps a hold; the audit is clean.
 func TestOutageLosesNoCharge(t *testing.T) {
 	gate, schema, gated := pgThroughGate(t)
-	outageScenario(t, schema, gated, func(kill func()) (down, restored time.Time) {
+	outageScenario(t, schema, gated, "1h", func(kill func()) (down, restored time.Time) {
 		gate.cut()
 		down = time.Now()
 		time.Sleep(time.Second)
@@ -326,12 +331,17 @@ func TestOutageLosesNoCharge(t *testing.T) {
 // request id, every cost shown against the ledger, the answers, the holds
 // and the audit. outage returns when the database went away for the last
 // time and when it came back.
-func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (down, restored time.Time)) {
+//
+// sweep is billing.sweep. At an hour, what the instances kept during the
+// outage (charges in their journals, holds of requests that ended) reaches
+// the database as soon as it is back only by the instances' own catch-up,
+// not by a sweep (which would take up to billing.sweep, 30 s by default).
+func outageScenario(t *testing.T, schema, dsn, sweep string, outage func(kill func()) (down, restored time.Time)) {
 	st := postgres.OpenTestSchema(t, schema)
 	sim := startFlatSim(t)
-	f := &procFleet{t: t, bin: buildBinary(t),
-		config: multiprocConfig(t, "  postgres_url_env: TG_TEST_PG\n", sim.URL()),
-		env:    []string{"TG_TEST_PG=" + dsn}}
+	config := multiprocConfig(t, "  postgres_url_env: TG_TEST_PG\n", sim.URL())
+	editConfig(t, config, "  sweep: 200ms\n", "  sweep: "+sweep+"\n")
+	f := &procFleet{t: t, bin: buildBinary(t), config: config, env: []string{"TG_TEST_PG=" + dsn}}
 	var live struct {
 		sync.Mutex
 		procs []*proc
@@ -342,7 +352,8 @@ func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (
 	acct, key := fundAccount(t, st, opening)
 
 	stop := make(chan struct{})
-	wait := fleetLoad(procs, key, 9, stop)
+	soFar, wait := fleetLoad(procs, key, 9, stop)
+	start := time.Now()
 	time.Sleep(1500 * time.Millisecond)
 	down, restored := outage(func() {
 		live.Lock()
@@ -351,7 +362,44 @@ func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (
 		live.Unlock()
 		killed.kill9(t)
 	})
-	time.Sleep(1500 * time.Millisecond)
+	// The costs shown before the database came back, some of them kept
+	// by the instances (the killed one's in its journal): all in the
+	// ledger within 10 s of its return.
+	kept := map[string]tollgate.Amount{}
+	for _, o := range soFar() {
+		if o.status == 200 && o.cost != "" && o.end.Before(restored) {
+			kept[o.id] = tollgate.MustParseAmount(o.cost)
+		}
+	}
+	var late []string
+	for {
+		charged := map[string]tollgate.Amount{}
+		err := st.Ledger(context.Background(), tollgate.UsageFilter{AccountID: acct.ID, Since: start.Add(-time.Minute)},
+			func(e tollgate.LedgerEntry) error {
+				if e.Kind == tollgate.LedgerCharge {
+					charged[e.ID] = -e.Amount
+				}
+				return nil
+			})
+		late = late[:0]
+		for id, cost := range kept {
+			if got, ok := charged[id]; !ok || got != cost {
+				late = append(late, id)
+			}
+		}
+		if err == nil && len(late) == 0 {
+			t.Logf("the %d costs shown before the database came back are all in the ledger %.2f s after it did", len(kept),
+				time.Since(restored).Seconds())
+			break
+		}
+		if time.Since(restored) > 10*time.Second {
+			logWarnings(t, procs())
+			t.Fatalf("%d of the %d costs shown before the database came back are not in the ledger 10 s after it did "+
+				"(the next sweep is an hour away): %v (%v)", len(late), len(kept), late[:min(5, len(late))], err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Until(restored.Add(1500 * time.Millisecond)))
 	close(stop)
 	all := wait()
 
@@ -396,8 +444,8 @@ func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (
 	}
 
 	// Every cost shown is charged once, to the picodollar, soon after the
-	// database is back (the live instances retry at every sweep; the
-	// killed one's journal is applied by the sweep of another).
+	// database is back (the live instances write what they kept as soon
+	// as it answers; the killed one's journal is applied by another).
 	var missing []string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -422,17 +470,48 @@ func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (
 		t.Fatalf("%d of %d costs shown are not in the ledger 20 s after the database came back: %v", len(missing), len(shown), missing[:min(5, len(missing))])
 	}
 	t.Logf("every cost shown in the ledger %.1f s after the database came back", time.Since(restored).Seconds())
-	// Nothing stays held: the killed instance's reservation is swept after
-	// its lease, the live ones give theirs back when idle.
-	deadline = time.Now().Add(15 * time.Second)
+	// The live instances keep nothing held: no hold of a request that
+	// ended (those they could not settle or release during the outage
+	// included), and their reservations go back when idle (a reservation
+	// emptied by its charges may stay, holding nothing). What holds money
+	// 10 s after the load is the killed instance's, its lease run out.
+	deadline = time.Now().Add(10 * time.Second)
 	for {
-		b, err := st.Balance(context.Background(), acct.ID)
-		if err == nil && b.Held == 0 {
+		hs, err := st.Holds(context.Background(), acct.ID)
+		var left []tollgate.Hold
+		for _, h := range hs {
+			if !h.Ended.IsZero() || (h.Amount > 0 && h.Expires.After(time.Now())) {
+				left = append(left, h)
+			}
+		}
+		if err == nil && len(left) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			logWarnings(t, procs())
-			t.Fatalf("still held 15 s after the load: %+v %v", b, err)
+			t.Fatalf("10 s after the load, held by live instances or marked ended: %+v %v", left, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A new instance sweeps the killed one's at its start (a reservation
+	// its journal's charges emptied included); then nothing is held.
+	p := f.start()
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		b, err := st.Balance(context.Background(), acct.ID)
+		hs, herr := st.Holds(context.Background(), acct.ID)
+		expired := 0
+		for _, h := range hs {
+			if h.Expires.Before(time.Now()) {
+				expired++
+			}
+		}
+		if err == nil && herr == nil && b.Held == 0 && expired == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logWarnings(t, procs())
+			t.Fatalf("still held 15 s after a new instance started: %+v %+v %v %v", b, hs, err, herr)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -445,8 +524,7 @@ func outageScenario(t *testing.T, schema, dsn string, outage func(kill func()) (
 		t.Errorf("balance %s, want %s less the charges %s", b.Balance, opening, sum)
 	}
 	mustAudit(t, st)
-	// A new instance serves and charges once.
-	p := f.start()
+	// The new instance serves and charges once.
 	if status, err := postTo(p.api, key, flatBody); err != nil || status != 200 {
 		t.Fatalf("a new instance after the outage: %d %v", status, err)
 	}

@@ -36,6 +36,7 @@ func runBilling(t *testing.T, open func(t *testing.T) Store) {
 		{"KeyLimit", testBillingKeyLimit},
 		{"RateLimit", testBillingRateLimit},
 		{"LeaseSweep", testBillingLeaseSweep},
+		{"EndedHolds", testBillingEndedHolds},
 		{"LateSettle", testBillingLateSettle},
 		{"CreditDebit", testBillingCreditDebit},
 		{"ConcurrentHolds", testBillingConcurrentHolds},
@@ -328,15 +329,86 @@ func testBillingLeaseSweep(t *testing.T, s BillingStore) {
 	if err != nil || r.OK {
 		t.Errorf("audit with an expired hold: ok=%t %v (problems %v)", r.OK, err, r.Problems)
 	}
-	swept, err := s.SweepHolds(ctx(t), t0.Add(5*time.Minute), 100)
+	swept, err := s.SweepHolds(ctx(t), t0.Add(5*time.Minute), time.Time{}, 100)
 	if err != nil || len(swept) != 1 || swept[0].ID != other.Hold.ID {
 		t.Fatalf("SweepHolds = %+v, %v; want the dead instance's hold alone", swept, err)
 	}
 	wantBalance(t, s, a.ID, usd("1"), usd("0.1"))
-	if again, _ := s.SweepHolds(ctx(t), t0.Add(5*time.Minute), 100); len(again) != 0 {
+	if again, _ := s.SweepHolds(ctx(t), t0.Add(5*time.Minute), time.Time{}, 100); len(again) != 0 {
 		t.Errorf("second sweep released %d holds", len(again))
 	}
 	auditClean(t, s, t0.Add(5*time.Minute))
+}
+
+// A hold whose request ended while its settle or release could not be
+// written is marked ended (EndHolds, once: the first mark stays; a
+// reservation is never marked): renewals skip it, the audit lists it once
+// its mark is older than the grace (and not before), and the sweep
+// releases it once its mark is older than endedBefore, whatever its lease.
+func testBillingEndedHolds(t *testing.T, s BillingStore) {
+	a, k := fundedKey(t, s, usd("1"), nil)
+	ended, running := holdOp(a, k, usd("0.1"), t0), holdOp(a, k, usd("0.2"), t0)
+	ended.Hold.Expires, running.Hold.Expires = t0.Add(time.Hour), t0.Add(time.Hour)
+	rsv := &tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: "rsv_ended", Need: usd("0.1"), Fraction: 1, Create: true,
+		Hold: tollgate.Hold{ID: "rsv_ended", AccountID: a.ID, KeyID: k.ID, Owner: "inst_test", Created: t0, Expires: t0.Add(time.Hour), Amount: usd("0.3")}}
+	apply(t, s, ended, running, rsv)
+	if rsv.Outcome != tollgate.HoldOK || rsv.Granted != usd("0.3") {
+		t.Fatalf("reserve: outcome %d granted %s", rsv.Outcome, rsv.Granted)
+	}
+	mark := t0.Add(time.Minute)
+	n, err := s.EndHolds(ctx(t), []string{ended.Hold.ID, "rsv_ended", "hold_gone"}, mark)
+	if err != nil || n != 1 {
+		t.Fatalf("EndHolds = %d, %v; want the request's hold alone marked", n, err)
+	}
+	if n, err := s.EndHolds(ctx(t), []string{ended.Hold.ID}, mark.Add(time.Hour)); err != nil || n != 0 {
+		t.Errorf("EndHolds of a marked hold = %d, %v; want 0 (the first mark stays)", n, err)
+	}
+	if n, err := s.EndHolds(ctx(t), nil, mark); err != nil || n != 0 {
+		t.Errorf("EndHolds of nothing = %d, %v", n, err)
+	}
+	hs, err := s.Holds(ctx(t), a.ID)
+	if err != nil || len(hs) != 3 {
+		t.Fatalf("Holds = %+v, %v", hs, err)
+	}
+	for _, h := range hs {
+		if want := (h.ID == ended.Hold.ID); want != !h.Ended.IsZero() || (want && !h.Ended.Equal(mark.Truncate(time.Microsecond))) {
+			t.Errorf("hold %s: ended %v", h.ID, h.Ended)
+		}
+	}
+	// Renewals skip the ended hold: the running one and the reservation.
+	if n, err := s.RenewHolds(ctx(t), "inst_test", t0.Add(2*time.Hour), t0.Add(-time.Hour)); err != nil || n != 2 {
+		t.Errorf("RenewHolds = %d, %v; want 2 (the running hold and the reservation, not the ended one)", n, err)
+	}
+	hs, _ = s.Holds(ctx(t), a.ID)
+	for _, h := range hs {
+		if h.ID == ended.Hold.ID && !h.Expires.Equal(t0.Add(time.Hour).Truncate(time.Microsecond)) {
+			t.Errorf("the ended hold's lease was renewed to %v", h.Expires)
+		}
+	}
+	// The audit: clean while the mark is within the grace, the hold
+	// listed once it is older.
+	auditClean(t, s, mark.Add(500*time.Millisecond))
+	r, err := billing.Audit(ctx(t), s, mark.Add(2*time.Second), time.Second)
+	if err != nil || r.OK || len(r.Problems) != 1 {
+		t.Fatalf("audit with a stranded hold: ok=%t %v problems %v", r.OK, err, r.Problems)
+	}
+	var got []string
+	for _, d := range r.Details {
+		got = append(got, d.StrandedHolds...)
+	}
+	if !slices.Equal(got, []string{ended.Hold.ID}) {
+		t.Errorf("stranded holds %v, want [%s]", got, ended.Hold.ID)
+	}
+	// The sweep releases it once its mark is older than endedBefore, not before.
+	if hs, err := s.SweepHolds(ctx(t), mark, mark, 100); err != nil || len(hs) != 0 {
+		t.Errorf("sweep before the bound: %+v, %v", hs, err)
+	}
+	swept, err := s.SweepHolds(ctx(t), mark, mark.Add(time.Second), 100)
+	if err != nil || len(swept) != 1 || swept[0].ID != ended.Hold.ID || swept[0].Ended.IsZero() {
+		t.Fatalf("SweepHolds = %+v, %v; want the ended hold alone", swept, err)
+	}
+	wantBalance(t, s, a.ID, usd("1"), usd("0.5"))
+	auditClean(t, s, mark.Add(time.Hour))
 }
 
 // A settle after the sweeper released the hold (the lease ran out) still
@@ -346,7 +418,7 @@ func testBillingLateSettle(t *testing.T, s BillingStore) {
 	h := holdOp(a, k, usd("0.5"), t0)
 	other := holdOp(a, k, usd("0.8"), t0)
 	apply(t, s, h)
-	if _, err := s.SweepHolds(ctx(t), t0.Add(time.Hour), 10); err != nil {
+	if _, err := s.SweepHolds(ctx(t), t0.Add(time.Hour), time.Time{}, 10); err != nil {
 		t.Fatal(err)
 	}
 	other.Hold.Expires = t0.Add(2 * time.Hour)
@@ -502,7 +574,7 @@ func testBillingReservation(t *testing.T, s BillingStore) {
 	rsv2 := tollgate.NewID("rsv_")
 	apply(t, s, reserve(rsv2, usd("1"), usd("0.1"), 0, true))
 	wantBalance(t, s, a.ID, usd("8"), usd("1"))
-	if hs, err := s.SweepHolds(ctx(t), now.Add(2*time.Minute), 100); err != nil || len(hs) != 1 || hs[0].ID != rsv2 {
+	if hs, err := s.SweepHolds(ctx(t), now.Add(2*time.Minute), time.Time{}, 100); err != nil || len(hs) != 1 || hs[0].ID != rsv2 {
 		t.Errorf("sweep: %+v, %v", hs, err)
 	}
 	wantBalance(t, s, a.ID, usd("8"), 0)
