@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -134,7 +135,13 @@ func (r *Relay) startEvents(c *Catalog) {
 		return
 	}
 	for _, n := range c.Nodes() {
-		n.Subscribe(r.log.With("node", n.Name))
+		// The events name blocks by token ids: vLLM's /tokenize gives a
+		// chat's (SGLang's takes plain text only, not a chat).
+		tokenize := ""
+		if n.Flavour == openai.VLLM {
+			tokenize = strings.TrimSuffix(n.BaseURL, "/v1") + "/tokenize"
+		}
+		n.Subscribe(r.log.With("node", n.Name), tokenize, n.Key, r.dialer)
 	}
 }
 
@@ -247,7 +254,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	}
 	able, emulate := honouring(able, cr)
 	var pr prefixRoute
-	b, node, err := r.picker.Route(m.ID, able, nil, r.picker.Start(&pr, m.ID, m.Backends, cr, r.now()))
+	b, node, err := r.picker.Route(m.ID, able, nil, r.picker.Start(req.Context(), &pr, m.ID, m.Backends, cr, r.now()))
 	defer pr.Done()
 	if err != nil {
 		return err
