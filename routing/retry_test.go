@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ func TestRetryRecordsThePromptOnTheNodeThatTakesIt(t *testing.T) {
 	m, able := prefixModel(2, nodes...)
 	var p picker
 	var pr prefixRoute
-	_, first, err := p.Route(m.ID, able, nil, p.Start(&pr, m.ID, m.Backends, chatReq(t, convo("retry", 2, 600)), time.Now()))
+	_, first, err := p.Route(m.ID, able, nil, p.Start(context.Background(), &pr, m.ID, m.Backends, chatReq(t, convo("retry", 2, 600)), time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
