@@ -510,16 +510,8 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			x.node.Unreachable(x.r.opts.Health, true, x.r.now())
-			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
-				var rp prefixRoute
-				if _, n := x.r.picker.Pick([]*Backend{x.backend}, x.backend.Class, x.node, x.r.picker.Retry(&rp, x.prompt, x.r.now())); n != nil {
-					x.node.Release()
-					x.nodeMu.Lock()
-					x.node = n
-					x.nodeMu.Unlock()
-					continue
-				}
+			if x.upstreamRefused(x.backend.Class == tollgate.ClassNetwork && attempt < 3) {
+				continue
 			}
 			// Nothing reached a model: no node could take the request.
 			return nil, &tollgate.Error{Code: tollgate.CodeBackendUnavailable, RetryAfter: 2, Err: err,
