@@ -71,6 +71,14 @@ type Hold struct {
 	Ended time.Time
 }
 
+// ErrNotApplied is in the error of a store's ApplyBilling when the store
+// knows that nothing of the batch was applied (it was never sent, or the
+// transaction failed before its commit). Any other error may come from a
+// batch that was committed with its answer lost: billing then counts its
+// reservations' operations as the worse case (docs/billing.md,
+// "Reservations").
+var ErrNotApplied = errors.New("not applied")
+
 // BillingOpKind is the kind of one operation in a billing batch.
 type BillingOpKind uint8
 
@@ -81,7 +89,8 @@ const (
 	// OpReserve grows (or creates) an instance's reservation on an account
 	// and key: a holds row with no request (docs/billing.md, "Reservations").
 	OpReserve
-	// OpReturn gives part of a reservation back to the free balance.
+	// OpReturn gives part of a reservation back to the free balance, or
+	// all the row holds (BillingOp.ReturnAll).
 	OpReturn
 	// OpCharge settles a request whose hold was placed in memory against a
 	// reservation: the charge is paid from the reservation.
@@ -147,8 +156,15 @@ type BillingOp struct {
 	// OpReturn) is given back from the reservation to the free balance.
 	Covered Amount
 	Return  Amount
-	// Gone: the reservation row does not exist (swept after its lease):
-	// OpCharge then charged from the free balance alone.
+	// ReturnAll (OpReturn): give back everything the row holds, whatever
+	// Return says, and delete the row; Returned is what it held. The
+	// instance's count of its reservation can be wrong after an answer of
+	// the store was lost (docs/billing.md, "Reservations"); the row cannot.
+	ReturnAll bool
+	Returned  Amount
+	// Gone: the reservation row does not exist (swept after its lease, or,
+	// for ReturnAll, never created or already returned): OpCharge then
+	// charged from the free balance alone; OpReturn changed nothing.
 	Gone bool
 	// Recovered (OpSettle, OpCharge): the operation comes from a dead
 	// instance's charge journal and may already be in the ledger: a store

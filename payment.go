@@ -183,6 +183,16 @@ type Owed struct {
 	Disabled  bool   `json:"disabled"`
 }
 
+// PaymentHold is what keeps an account disabled by payments (not by the
+// operator): Held while it is, Owed what it owes (refunds and disputes its
+// free balance could not cover), and Disputes how many of its payments
+// have a dispute open or lost, which keep it disabled once nothing is owed.
+type PaymentHold struct {
+	Held     bool
+	Owed     Amount
+	Disputes int64
+}
+
 // AutoTopUp is an account's automatic top-up: when its free balance falls
 // below Threshold, its saved card is charged off-session for Amount.
 type AutoTopUp struct {
@@ -259,6 +269,9 @@ type PaymentStore interface {
 	PaymentEvents(ctx context.Context, problemsOnly bool, limit int) ([]PaymentEvent, error)
 	// OwedAmounts lists the accounts that owe something.
 	OwedAmounts(ctx context.Context) ([]Owed, error)
+	// PaymentHold reads what keeps an account disabled by payments;
+	// ErrNotFound if there is no such account.
+	PaymentHold(ctx context.Context, accountID string) (PaymentHold, error)
 	// CollectOwed takes what an account owes from its free balance, as far
 	// as it goes, and enables the account if nothing is owed or disputed.
 	CollectOwed(ctx context.Context, accountID string, at time.Time) (PaymentResult, error)

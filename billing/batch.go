@@ -353,12 +353,24 @@ func (b *Biller) answer(p *pending) {
 }
 
 // retryAlone applies the operations of a failed batch one by one, so that
-// only a bad one fails, and answers each caller.
+// only a bad one fails, and answers each caller. The batch may have been
+// committed with its answer lost, unless the store says it applied
+// nothing (tollgate.ErrNotApplied): then a reservation's return, which a
+// second application would take twice from its row, is not applied again
+// but fails with the batch (its reservation counts it as taken and gives
+// back the rest when idle, billing/reserve.go); the others are idempotent
+// (settles, charges and releases check for an earlier one, a hold's insert
+// fails on its id) or count as uncertain (a top-up, pending.alone).
 func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollgate.BillingOp, err error) {
 	b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
 	for i, p := range batch {
-		p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
-		b.storeAnswered(p.err)
+		p.alone = maybeApplied(err)
+		if p.op.Kind == tollgate.OpReturn && p.alone {
+			p.err = err
+		} else {
+			p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
+			b.storeAnswered(p.err)
+		}
 		b.answer(p)
 	}
 }

@@ -297,6 +297,10 @@ type pending struct {
 	mem *memHold
 	// slot is the journal slot of its record, plus one (0: not journaled).
 	slot int
+	// alone: its batch failed, maybe committed with its answer lost, and
+	// it was applied again by itself (retryAlone): an operation that is
+	// not idempotent (a top-up) may have been applied twice.
+	alone bool
 }
 
 // ErrClosed is returned by operations after Close.

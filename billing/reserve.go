@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -21,6 +22,15 @@ import (
 // is what new holds may take: res is the reservation as committed, inflight
 // the holds placed in memory, pending what charges and returns sent to the
 // store will take from it once committed.
+//
+// An operation whose answer is lost (the connection dropped during its
+// commit) may have been committed or not. res then counts the worse case
+// for spending: a failed top-up as not granted, a failed return or charge
+// as taken. So res never exceeds what the row holds, and a charge never
+// takes more from the row than it has; the row may hold more, and exist
+// while exists is false, which uncertain notes. An idle reservation gives
+// back everything its row holds and deletes it (OpReturn with ReturnAll),
+// whatever res says: then memory and row agree again (res 0, no row).
 type resv struct {
 	mu       sync.Mutex
 	id       string // the reservation row (its hold id)
@@ -37,9 +47,21 @@ type resv struct {
 	mult     int64           // the top-up as a multiple of the average hold
 	avgHold  tollgate.Amount // moving average of hold sizes
 	gone     bool            // swept: detached from the map
+	// uncertain: an answer of the store was lost; the row may hold more
+	// than res, or exist while exists is false (a top-up then grows it
+	// rather than insert it again).
+	uncertain bool
 }
 
 func (r *resv) avail() tollgate.Amount { return r.res - r.inflight - r.pending }
+
+// idle reports whether nothing is placed against r in memory nor on its way
+// to the store: its row may then be given back whole.
+func (r *resv) idle() bool { return r.inflight == 0 && r.pending == 0 }
+
+// owesReturn reports whether r has something to give back: an unused part,
+// or, idle and uncertain, a row that may hold money nobody counts.
+func (r *resv) owesReturn() bool { return r.avail() > 0 || (r.uncertain && r.idle()) }
 
 type resvKey struct{ account, key string }
 
@@ -84,12 +106,13 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 		}
 		if now.Before(r.direct) {
 			// Per-request path; first give back what is unused.
-			x := r.avail()
-			if x <= 0 {
+			if !r.owesReturn() {
 				r.mu.Unlock()
 				return "", false, nil
 			}
-			b.giveBackLocked(r) // unlocks
+			if !b.giveBackLocked(r) { // unlocks
+				return "", false, nil // the next try is the idle sweep's
+			}
 			continue
 		}
 		if r.avgHold == 0 {
@@ -121,19 +144,33 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 		}
 		c := make(chan struct{})
 		r.busy = c
-		create := !r.exists
+		// Uncertain, the row may exist though memory has none: grow it if
+		// so (a second insert would fail on its id), else Gone says there
+		// is none.
+		create := !r.exists && !r.uncertain
 		r.mu.Unlock()
-		op, err := b.do(tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: r.id, Need: need, MinFree: minFree,
+		p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: r.id, Need: need, MinFree: minFree,
 			Fraction: int64(b.opts.ReserveFraction), Create: create, Hold: tollgate.Hold{ID: r.id, AccountID: h.AccountID,
-				KeyID: h.KeyID, Owner: b.opts.Instance, Created: now, Expires: now.Add(b.opts.Lease), Amount: want}})
+				KeyID: h.KeyID, Owner: b.opts.Instance, Created: now, Expires: now.Add(b.opts.Lease), Amount: want}}}
+		err := b.run(p)
+		op := &p.op
 		r.mu.Lock()
 		r.busy = nil
 		close(c)
+		if maybeApplied(err) || p.alone {
+			// It may have been committed (twice, if its batch was and
+			// the retry alone too): counted once at most, but noted.
+			r.uncertain = true
+		}
 		if err != nil {
 			r.mu.Unlock()
 			return "", false, fmt.Errorf("reserve for %s: %w", h.RequestID, err)
 		}
 		switch {
+		case op.Gone && !r.exists:
+			// A top-up whose answer was lost had not created the row:
+			// nothing is uncertain any more, and the next one creates it.
+			r.uncertain = false
 		case op.Gone:
 			b.detachLocked(r)
 		case op.Outcome == tollgate.HoldOK:
@@ -148,36 +185,63 @@ func (b *Biller) holdReserved(h tollgate.Hold) (id string, ok bool, err error) {
 	}
 }
 
-// giveBackLocked returns r's unused part to the free balance. It is called
-// with r.mu held and returns with it released, once the return is committed.
-func (b *Biller) giveBackLocked(r *resv) {
-	x := r.avail()
+// giveBackLocked returns r's unused part to the free balance: when r is
+// idle, everything its row holds, and the row is deleted, so that a count
+// in memory that a lost answer left wrong is put right (resv). It is called
+// with r.mu held and returns with it released, once the return is committed
+// (true) or failed (false).
+func (b *Biller) giveBackLocked(r *resv) bool {
+	x, all, counted := r.avail(), r.idle(), r.res
 	c := make(chan struct{})
 	r.busy = c
 	r.pending += x
 	r.mu.Unlock()
-	op, err := b.doBackground(tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: r.id, Return: x,
+	op, err := b.doBackground(tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: r.id, Return: x, ReturnAll: all,
 		Hold: tollgate.Hold{AccountID: r.account, KeyID: r.key}})
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.busy = nil
 	close(c)
 	r.pending -= x
 	switch {
 	case err != nil:
-		b.log.Error("return reservation", "reservation", r.id, "amount", x.String(), "err", err)
+		b.log.Error("return reservation", "reservation", r.id, "amount", x.String(), "all", all, "err", err)
+		if maybeApplied(err) {
+			// Counted as done (no hold is placed against money the
+			// row may no longer hold); the next idle return gives
+			// back whatever the row still holds.
+			r.uncertain = true
+			r.res -= x
+			if all {
+				r.res, r.exists = 0, false
+			}
+		}
+		return false
+	case op.Gone && all && r.uncertain:
+		// No row: the top-up that would have created it had not, or an
+		// earlier return whose answer was lost had deleted it.
+		r.res, r.exists, r.uncertain = 0, false, false
 	case op.Gone:
 		b.detachLocked(r)
+	case all:
+		if op.Returned != counted {
+			b.log.Warn("an idle reservation's row held other than this instance counted (an answer of the store was lost); all it held was given back",
+				"reservation", r.id, "account", r.account, "held", op.Returned.String(), "counted", counted.String())
+		}
+		r.res, r.exists, r.uncertain = 0, false, false
 	default:
 		r.res -= x
 		if r.res == 0 {
 			r.exists = false // the row is deleted when empty
 		}
+	}
+	if !op.Gone {
 		if r.mult > int64(b.opts.ReserveMultiple) {
 			r.mult /= 2
 		}
 		b.returns.Add(1)
 	}
-	r.mu.Unlock()
+	return true
 }
 
 // detachLocked forgets a reservation that was swept (the process lost the
@@ -248,8 +312,14 @@ func (b *Biller) accountCharge(m *memHold, p *pending, err error) {
 	r.pending -= op.Covered + op.Return
 	switch {
 	case err != nil:
-		// Nothing was written: the hold is back in flight so that a
-		// retried settle charges it.
+		// Nothing was written, or it may have been with its answer
+		// lost: what the charge would take from the row then counts as
+		// taken (resv). The hold is back in flight so that a retried
+		// settle charges it.
+		if maybeApplied(err) {
+			r.res -= op.Covered + op.Return
+			r.uncertain = true
+		}
 		r.inflight += m.amount
 		b.live.Store(op.HoldID, liveHold{account: r.account, amount: m.amount, mem: m})
 	case op.Gone:
@@ -287,6 +357,8 @@ func (b *Biller) releaseReserved(m *memHold) {
 
 // ReturnReservations gives back the unused part of this instance's
 // reservations: all of it (idle = 0), or of those without a hold for idle.
+// Those with nothing in flight give back their whole row (giveBackLocked),
+// also when memory counts nothing in it but an answer was lost.
 func (b *Biller) ReturnReservations(ctx context.Context, idle time.Duration) int {
 	b.resvMu.Lock()
 	rs := make([]*resv, 0, len(b.resvs))
@@ -303,7 +375,7 @@ func (b *Biller) ReturnReservations(ctx context.Context, idle time.Duration) int
 			<-c
 			r.mu.Lock()
 		}
-		if r.gone || r.avail() <= 0 || now.Sub(r.lastUse) < idle {
+		if r.gone || !r.owesReturn() || now.Sub(r.lastUse) < idle {
 			r.mu.Unlock()
 			continue
 		}
@@ -311,6 +383,12 @@ func (b *Biller) ReturnReservations(ctx context.Context, idle time.Duration) int
 		n++
 	}
 	return n
+}
+
+// maybeApplied reports whether err may come from a batch that was committed
+// with its answer lost: the store does not say it applied nothing.
+func maybeApplied(err error) bool {
+	return err != nil && !errors.Is(err, tollgate.ErrNotApplied) && !errors.Is(err, ErrClosed)
 }
 
 // mulAmount is a × n, or false on overflow.

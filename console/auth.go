@@ -87,7 +87,13 @@ func (c *Console) Signin(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if acct.Disabled {
+	// An account that payments disabled signs in to pay what it owes; one
+	// the operator disabled does not.
+	hold, err := c.paymentHold(r.Context(), acct)
+	if err != nil {
+		return err
+	}
+	if acct.Disabled && hold == nil {
 		return again(http.StatusForbidden, tollgate.Errorf(tollgate.CodeAccountDisabled, "account %s is disabled; ask the operator", acctID))
 	}
 	c.byAccountClient.reset(acctID + " " + client)
@@ -109,14 +115,18 @@ func (c *Console) Signin(w http.ResponseWriter, r *http.Request) error {
 		}
 		return again(http.StatusUnauthorized, tollgate.Errorf(tollgate.CodeUnauthorized, "the password was changed just now; sign in with the new one"))
 	}
-	c.o.Log.Info("console sign-in", "account", acctID, "client", addr)
+	c.o.Log.Info("console sign-in", "account", acctID, "client", addr, "payment_hold", hold != nil)
+	c.setCookie(w, r, sessionCookie, token, c.o.SessionTTL, http.SameSiteLaxMode)
+	if hold != nil {
+		http.Redirect(w, r, paymentsPath, http.StatusSeeOther)
+		return nil
+	}
 	// Sum the overview's past days now, so that the page the browser is
 	// sent to reads them from the cache (docs/decisions.md).
 	today, _, _, since := overviewDays(now)
 	if _, err := c.closed.get(r.Context(), c.st, c.o.Log, acctID, since, today); err != nil {
 		c.o.Log.Warn("console: sum the past days at sign-in", "account", acctID, "err", err)
 	}
-	c.setCookie(w, r, sessionCookie, token, c.o.SessionTTL, http.SameSiteLaxMode)
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	return nil
 }

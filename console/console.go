@@ -179,9 +179,18 @@ func (c *Console) Page(h func(http.ResponseWriter, *http.Request) error) http.Ha
 
 // SignedIn is Page for a page of a signed-in account holder: without a
 // live session the browser is sent to the sign-in page, and a POST without
-// the session's CSRF token is refused.
+// the session's CSRF token is refused. An account that payments disabled
+// (what it owes, a dispute) is sent to the Payments page instead, and its
+// forms are refused.
 func (c *Console) SignedIn(h func(http.ResponseWriter, *http.Request) error) http.Handler {
-	return c.Page(c.signedIn(h))
+	return c.Page(c.signedIn(h, false))
+}
+
+// SignedInHeld is SignedIn for the pages an account that payments disabled
+// may use too: those it needs to pay what it owes (docs/payments.md, "An
+// account that owes").
+func (c *Console) SignedInHeld(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return c.Page(c.signedIn(h, true))
 }
 
 // Static serves the embedded files under /console/static/, which browsers
@@ -231,6 +240,9 @@ type request struct {
 	token   string // the session cookie's value
 	session tollgate.ConsoleSession
 	account tollgate.Account
+	// hold is what keeps the account disabled by payments; nil while it
+	// is enabled.
+	hold *tollgate.PaymentHold
 }
 
 type ctxKey struct{}
@@ -238,8 +250,10 @@ type ctxKey struct{}
 func current(r *http.Request) *request { v, _ := r.Context().Value(ctxKey{}).(*request); return v }
 
 // signedIn runs h with the request's session, or sends the browser to the
-// sign-in page. Every POST must carry the session's CSRF token.
-func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+// sign-in page. Every POST must carry the session's CSRF token. An account
+// that payments disabled reaches h only if held allows it; otherwise a page
+// sends it to the Payments page, and a form is refused.
+func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error, held bool) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		now := c.o.Now()
 		ck, err := c.cookie(r, sessionCookie)
@@ -258,10 +272,15 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error) fun
 		if err != nil {
 			return err
 		}
-		if acct.Disabled {
-			return tollgate.Errorf(tollgate.CodeAccountDisabled, "account %s is disabled; ask the operator", acct.ID)
-		}
 		req := &request{token: ck.Value, session: sess, account: acct}
+		if acct.Disabled {
+			if req.hold, err = c.paymentHold(r.Context(), acct); err != nil {
+				return err
+			}
+			if req.hold == nil {
+				return tollgate.Errorf(tollgate.CodeAccountDisabled, "account %s is disabled; ask the operator", acct.ID)
+			}
+		}
 		if r.Method == http.MethodPost {
 			got := r.Header.Get("X-CSRF-Token") // the playground's script
 			if got == "" {
@@ -272,7 +291,16 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request) error) fun
 			}
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		return h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, req)))
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, req))
+		if req.hold != nil && !held {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				http.Redirect(w, r, paymentsPath, http.StatusSeeOther)
+				return nil
+			}
+			c.fail(w, r, tollgate.Errorf(tollgate.CodeAccountDisabled, "%s", holdMessage(req.hold)))
+			return nil
+		}
+		return h(w, r)
 	}
 }
 

@@ -24,6 +24,39 @@ type Payments interface {
 	Payment(ctx context.Context, id string) (tollgate.Payment, error)
 	AutoTopUp(ctx context.Context, accountID string) (tollgate.AutoTopUp, error)
 	SetAutoTopUp(ctx context.Context, a tollgate.AutoTopUp) error
+	// PaymentHold, OwedMin and CheckOwed: an account that payments
+	// disabled signs in to pay what it owes (docs/payments.md).
+	PaymentHold(ctx context.Context, accountID string) (tollgate.PaymentHold, error)
+	OwedMin(owed tollgate.Amount) tollgate.Amount
+	CheckOwed(h tollgate.PaymentHold, credit tollgate.Amount) error
+}
+
+// paymentsPath is the Payments page, where an account that payments
+// disabled is sent from every other page.
+const paymentsPath = "/console/payments"
+
+// paymentHold is what keeps acct disabled by payments; nil if it is
+// enabled, if the operator disabled it, or if payments are off (its holder
+// could not pay).
+func (c *Console) paymentHold(ctx context.Context, acct tollgate.Account) (*tollgate.PaymentHold, error) {
+	if c.o.Payments == nil || !acct.Disabled {
+		return nil, nil
+	}
+	h, err := c.o.Payments.PaymentHold(ctx, acct.ID)
+	if err != nil || !h.Held {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// holdMessage says why an account that payments disabled has its keys
+// refused, and what ends it (the banner says the same, in layout.html).
+func holdMessage(h *tollgate.PaymentHold) string {
+	if h.Owed > 0 {
+		return "This account owes " + h.Owed.String() + " USD (a refund or dispute took more than its balance): " +
+			"its API keys are refused until it is paid on the Payments page."
+	}
+	return "A payment of this account is disputed: its API keys are refused until the dispute is won, or the operator enables the account."
 }
 
 // paymentsShown is how many payments the page lists (and the CSV holds).
@@ -42,6 +75,11 @@ type paymentsData struct {
 	// AutoTopUp: offered (the operator's auto_topup), and the account's.
 	AutoTopUpOn bool
 	TopUp       tollgate.AutoTopUp
+	// Least is what an account that payments disabled for what it owes
+	// (Owed) must pay at least (0: any amount within Min and Max); Split:
+	// that is capped by Max, and what is owed takes more than one payment.
+	Least, Owed tollgate.Amount
+	Split       bool
 }
 
 func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
@@ -52,6 +90,15 @@ func (c *Console) paymentsData(r *http.Request) (*paymentsData, error) {
 		return nil, err
 	}
 	d.Payments = ps
+	if h := current(r).hold; h != nil {
+		if h.Owed > 0 {
+			d.Least, d.Owed = c.o.Payments.OwedMin(h.Owed), h.Owed
+			d.Split = h.Owed > d.Least
+		}
+		// Auto top-up does not run for a disabled account: its form
+		// waits until the account is enabled.
+		return d, nil
+	}
 	if d.AutoTopUpOn = o.AutoTopUp; d.AutoTopUpOn {
 		d.TopUp, err = c.o.Payments.AutoTopUp(r.Context(), current(r).account.ID)
 		if err != nil && !errors.Is(err, tollgate.ErrNotFound) {
@@ -91,9 +138,13 @@ func (c *Console) Payments(w http.ResponseWriter, r *http.Request) error {
 			v.Refresh = "2"
 		}
 	}
-	if a := q.Get("amount"); a != "" {
+	a := q.Get("amount")
+	if a == "" && d.Least > 0 && d.Payment == nil {
+		a = d.Least.String() // what is owed, quoted before it is asked
+	}
+	if a != "" {
 		d.Amount = a
-		quote, err := c.quote(a)
+		quote, err := c.quote(r, a)
 		if err != nil {
 			return c.pageError(w, v, err)
 		}
@@ -102,10 +153,17 @@ func (c *Console) Payments(w http.ResponseWriter, r *http.Request) error {
 	return c.render(w, http.StatusOK, "payments", v)
 }
 
-func (c *Console) quote(amount string) (payments.Quote, error) {
+// quote is what amount costs the signed-in holder; an account that
+// payments disabled for what it owes is told the least it must pay.
+func (c *Console) quote(r *http.Request, amount string) (payments.Quote, error) {
 	a, err := tollgate.ParseAmount(strings.TrimSpace(amount))
 	if err != nil {
 		return payments.Quote{}, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount", "%q is not an amount of USD", amount)
+	}
+	if h := current(r).hold; h != nil {
+		if err := c.o.Payments.CheckOwed(*h, a); err != nil {
+			return payments.Quote{}, err
+		}
 	}
 	return c.o.Payments.Quote(a)
 }
@@ -127,7 +185,7 @@ func (c *Console) pageError(w http.ResponseWriter, v *view, err error) error {
 func (c *Console) Checkout(w http.ResponseWriter, r *http.Request) error {
 	v := c.accountView(r, "Payments", "payments")
 	amount := r.PostFormValue("amount")
-	quote, qerr := c.quote(amount)
+	quote, qerr := c.quote(r, amount)
 	var p tollgate.Payment
 	var co payments.Checkout
 	if qerr == nil {
@@ -191,7 +249,7 @@ func (c *Console) SetAutoTopUp(w http.ResponseWriter, r *http.Request) error {
 	if a.Threshold, err = tollgate.ParseAmount(strings.TrimSpace(r.PostFormValue("threshold"))); err != nil || a.Threshold < 0 {
 		return c.pageError(w, v, tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "threshold", "the threshold must be an amount of USD"))
 	}
-	q, err := c.quote(r.PostFormValue("amount"))
+	q, err := c.quote(r, r.PostFormValue("amount"))
 	if err != nil {
 		return c.pageError(w, v, err)
 	}

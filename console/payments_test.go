@@ -257,3 +257,142 @@ func TestDeclinedTopUpShows(t *testing.T) {
 		t.Error("the declined top-up left the activity")
 	}
 }
+
+// creditedPayment is a checkout payment of credit on account, credited by
+// its webhook; its payment intent is pi.
+func creditedPayment(t *testing.T, e *env, hook, account string, credit tollgate.Amount, pi string) tollgate.Payment {
+	t.Helper()
+	q, err := e.opts.Payments.Quote(credit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	p := tollgate.Payment{ID: tollgate.NewOrderedID("pay_", now), AccountID: account, Provider: "stripe", Kind: tollgate.PaymentCheckout,
+		Status: tollgate.PaymentPending, CheckoutSession: tollgate.NewID("cs_test_"), Credit: q.Credit, Fee: q.Fee,
+		AmountCents: q.AmountCents, Currency: "usd", Created: now, Updated: now}
+	if err := e.st.(tollgate.PaymentStore).CreatePayment(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, hook, payments.EventSessionCompleted,
+		stripetest.Session(p.CheckoutSession, account, q.Credit.String(), q.Fee.String(), q.AmountCents, "paid", pi), "credited")
+	return p
+}
+
+func deliver(t *testing.T, hook, typ string, object map[string]any, outcome string) {
+	t.Helper()
+	ev := stripetest.Event(tollgate.NewID("evt_"), typ, time.Now(), object)
+	if st, body := stripetest.Deliver(t, hook, ev, consoleWhsec, time.Now()); st != 200 || !strings.Contains(body, `"outcome":"`+outcome+`"`) {
+		t.Fatalf("webhook %s: %d %s, want outcome %s", typ, st, body, outcome)
+	}
+}
+
+// TestPaymentHeldAccount: an account that a refund left owing (disabled by
+// payments) signs in and reaches only its Payments page (pre-filled with
+// what it owes, refusing less) and its activity, each with the banner that
+// says what it owes; every other page sends it to Payments, and a key is
+// refused. Its payment settles what it owes and enables it: the console is
+// whole again. An account held by a dispute alone is told so; one the
+// operator disabled still cannot sign in.
+func TestPaymentHeldAccount(t *testing.T) {
+	e, hook := paymentsEnv(t, true)
+	b := e.signedIn(t)
+	creditedPayment(t, e, hook, e.acct.ID, tollgate.Dollars(25), "pi_held")
+	e.charge(t, e.key, "chat-small", tollgate.Dollars(33), e.clock.now()) // 10 + 25 − 33 = 2 left
+	deliver(t, hook, payments.EventChargeRefunded, stripetest.Charge("ch_held", "pi_held", 2603, 2603), "debited")
+	if a, _ := e.st.Account(t.Context(), e.acct.ID); !a.Disabled {
+		t.Fatal("the refund beyond the balance did not disable the account")
+	}
+
+	// The session open before the refund goes on, on Payments alone.
+	for _, path := range []string{"/console/", "/console/keys", "/console/playground"} {
+		if p := b.get(path); p.status != http.StatusSeeOther || p.header.Get("Location") != "/console/payments" {
+			t.Errorf("GET %s of a held account: %d %q, want 303 to the Payments page", path, p.status, p.header.Get("Location"))
+		}
+	}
+	p := b.get("/console/payments")
+	const banner = `This account owes <data class="amt" value="23.000000000000"`
+	if p.status != 200 || !strings.Contains(p.body, `id="hold" data-owed="23"`) || !strings.Contains(p.body, banner) ||
+		!strings.Contains(p.body, "its API keys are refused until it is paid") {
+		t.Fatalf("Payments page of a held account: %d\n%s", p.status, p.body)
+	}
+	if !strings.Contains(p.body, `id="least"`) || !strings.Contains(p.body, `name="amount" value="23"`) ||
+		!strings.Contains(p.body, `id="quote-credit"><data class="amt" value="23.000000000000"`) {
+		t.Fatalf("the amount is not pre-filled with what is owed:\n%s", p.body)
+	}
+	if strings.Contains(p.body, `href="/console/keys"`) || strings.Contains(p.body, `href="/console/playground"`) ||
+		strings.Contains(p.body, `id="auto-topup"`) || strings.Contains(p.body, `name="save_card"`) {
+		t.Fatalf("a held account is offered more than paying:\n%s", p.body)
+	}
+	if q := b.get("/console/payments?amount=22.99"); q.status != 400 || q.code() != "invalid_request" || !strings.Contains(q.body, "at least 23 USD") {
+		t.Fatalf("an amount below what is owed: %d %s", q.status, q.code())
+	}
+	if a := b.get("/console/activity"); a.status != 200 || !strings.Contains(a.body, banner) || !strings.Contains(a.body, "Payment refunded") {
+		t.Fatalf("activity of a held account: %d\n%s", a.status, a.body)
+	}
+	csrf := p.csrf(t)
+	if r := b.post("/console/keys", url.Values{"csrf": {csrf}, "name": {"new"}}); r.status != http.StatusForbidden || r.code() != "account_disabled" ||
+		!strings.Contains(r.body, "owes 23 USD") {
+		t.Fatalf("a key created by a held account: %d %s\n%s", r.status, r.code(), r.body)
+	}
+	req, _ := http.NewRequest("POST", e.srv.URL+"/console/playground/key", nil)
+	req.Header.Set("X-CSRF-Token", csrf)
+	if r := b.do(req); r.status != http.StatusForbidden || r.code() != "account_disabled" {
+		t.Fatalf("a playground key of a held account: %d %s", r.status, r.code())
+	}
+	if r := b.post("/console/payments/auto-topup", url.Values{"csrf": {csrf}, "threshold": {"5"}, "amount": {"20"}}); r.status != http.StatusForbidden {
+		t.Fatalf("auto top-up set by a held account: %d", r.status)
+	}
+	if keys, _ := e.st.Keys(t.Context(), e.acct.ID); len(keys) != 1 {
+		t.Fatalf("%d keys, want the one from before", len(keys))
+	}
+
+	// A new sign-in goes to the Payments page.
+	fresh := e.browser(t)
+	if r := fresh.signin(e.acct.ID, password); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/payments" {
+		t.Fatalf("sign-in of a held account: %d %s %q", r.status, r.code(), r.header.Get("Location"))
+	}
+	co := fresh.post("/console/payments", url.Values{"csrf": {fresh.get("/console/payments").csrf(t)}, "amount": {"23"}})
+	m := payRowRE.FindStringSubmatch(co.body)
+	if co.status != 200 || m == nil || m[2] != "pending" {
+		t.Fatalf("checkout of what is owed: %d\n%s", co.status, co.body)
+	}
+	pay, err := e.opts.Payments.Payment(t.Context(), m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, hook, payments.EventSessionCompleted, stripetest.Session(pay.CheckoutSession, e.acct.ID, "23", pay.Fee.String(),
+		pay.AmountCents, "paid", "pi_settle"), "credited")
+	if a, _ := e.st.Account(t.Context(), e.acct.ID); a.Disabled || a.Balance != 0 {
+		t.Fatalf("after paying what is owed: disabled %t, balance %s; want enabled, 0", a.Disabled, a.Balance)
+	}
+	for _, br := range []*browser{b, fresh} {
+		if p := br.get("/console/keys"); p.status != 200 || strings.Contains(p.body, `id="hold"`) {
+			t.Fatalf("keys page once paid: %d\n%s", p.status, p.body)
+		}
+	}
+
+	// Held by a dispute alone (it took all of a payment, nothing owed).
+	bob, _ := e.newAccount(t, "bob", "1")
+	creditedPayment(t, e, hook, bob.ID, tollgate.Dollars(20), "pi_bob")
+	deliver(t, hook, payments.EventDisputeCreated, stripetest.Dispute("dp_bob", "ch_bob", "pi_bob", 2000, "needs_response"), "debited")
+	ob := e.browser(t)
+	ob.setPassword(bob.ID, password)
+	if r := ob.signin(bob.ID, password); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/payments" {
+		t.Fatalf("sign-in of an account held by a dispute: %d %s", r.status, r.code())
+	}
+	if p := ob.get("/console/payments"); !strings.Contains(p.body, `data-owed="0" data-disputes="1"`) ||
+		!strings.Contains(p.body, "A payment of this account is disputed") || strings.Contains(p.body, `id="least"`) {
+		t.Fatalf("Payments page of an account held by a dispute:\n%s", p.body)
+	}
+
+	// The operator's disable replaces the hold: no sign-in, no page.
+	if err := e.st.SetAccountDisabled(t.Context(), bob.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := ob.get("/console/payments"); p.status != http.StatusForbidden || p.code() != "account_disabled" {
+		t.Fatalf("page of an account the operator disabled: %d %s", p.status, p.code())
+	}
+	if r := e.browser(t).signin(bob.ID, password); r.status != http.StatusForbidden || r.code() != "account_disabled" {
+		t.Fatalf("sign-in of an account the operator disabled: %d %s", r.status, r.code())
+	}
+}

@@ -28,6 +28,9 @@ type view struct {
 	Payments bool
 	// Refresh is a meta refresh's content ("2", "0;url=..."), or "".
 	Refresh string
+	// Hold: the account is disabled by payments (what it owes, a
+	// dispute); the page shows why, and links only to what it may use.
+	Hold *tollgate.PaymentHold
 }
 
 // publicView is the view of a page shown before sign-in.
@@ -38,7 +41,7 @@ func (c *Console) publicView(w http.ResponseWriter, r *http.Request, title strin
 // accountView is the view of a signed-in page.
 func (c *Console) accountView(r *http.Request, title, nav string) *view {
 	req := current(r)
-	return &view{Title: title, Nav: nav, Account: &req.account, CSRF: sessionCSRF(req.token), Payments: c.o.Payments != nil}
+	return &view{Title: title, Nav: nav, Account: &req.account, CSRF: sessionCSRF(req.token), Payments: c.o.Payments != nil, Hold: req.hold}
 }
 
 // render executes a page into a buffer first, so a template error becomes
@@ -71,6 +74,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 		v.Account = &req.account
 		v.CSRF = sessionCSRF(req.token)
 		v.Payments = c.o.Payments != nil
+		v.Hold = req.hold
 	}
 	if oq := opCurrent(r); oq != nil {
 		v.Operator, v.Nav, v.CSRF = true, "error", sessionCSRF(oq.token)

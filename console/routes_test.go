@@ -19,14 +19,14 @@ func routes(c *Console) http.Handler {
 	m.Handle("GET /console/keys", c.SignedIn(c.Keys))
 	m.Handle("POST /console/keys", c.SignedIn(c.CreateKey))
 	m.Handle("POST /console/keys/{id}/revoke", c.SignedIn(c.RevokeKey))
-	m.Handle("GET /console/activity", c.SignedIn(c.Activity))
-	m.Handle("GET /console/activity.csv", c.SignedIn(c.ActivityCSV))
+	m.Handle("GET /console/activity", c.SignedInHeld(c.Activity))
+	m.Handle("GET /console/activity.csv", c.SignedInHeld(c.ActivityCSV))
 	m.Handle("GET /console/playground", c.SignedIn(c.Playground))
 	m.Handle("POST /console/playground/key", c.SignedIn(c.PlaygroundKey))
 	if c.o.Payments != nil {
-		m.Handle("GET /console/payments", c.SignedIn(c.Payments))
-		m.Handle("POST /console/payments", c.SignedIn(c.Checkout))
-		m.Handle("GET /console/payments.csv", c.SignedIn(c.PaymentsCSV))
+		m.Handle("GET /console/payments", c.SignedInHeld(c.Payments))
+		m.Handle("POST /console/payments", c.SignedInHeld(c.Checkout))
+		m.Handle("GET /console/payments.csv", c.SignedInHeld(c.PaymentsCSV))
 		m.Handle("POST /console/payments/auto-topup", c.SignedIn(c.SetAutoTopUp))
 	}
 	return m

@@ -4,16 +4,15 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tollgate/tollgate/internal/chainhash"
 )
 
-// BlockTokens is the block size the index matches: vLLM's default of 16
-// tokens. Blocks of another size are held but never match a prompt.
+// BlockTokens is vLLM's default block size (16 tokens), by which the
+// index is bounded in blocks (prefix_index_tokens ÷ BlockTokens). Blocks of
+// any size are matched: a prompt is keyed in the node's own block size.
 const BlockTokens = 16
-
-// BlockBytes is one block of PromptKeys: 16 tokens of 4 bytes.
-const BlockBytes = BlockTokens * 4
 
 // entryBytes is what one held block costs: two map entries (node hash ->
 // key, key -> node hash) and its place in the arrival queue.
@@ -24,52 +23,48 @@ var keySeed = maphash.MakeSeed()
 // rootKey stands for the empty prefix.
 const rootKey = 0x6B766576656E7473
 
-// PromptKeys appends to dst the chained keys of the full 64-byte blocks of
-// a prompt given as the bytes of its tools then its messages: the key a
-// block stored by a node gets when its token ids are those bytes read 4 at
-// a time, little-endian (the simulator's tokenizer; a real model's token
-// ids are not, so a real vLLM's blocks never match: see docs/config.md).
-func PromptKeys(dst []uint64, tools, messages []byte) []uint64 {
-	var buf [BlockBytes]byte
+// Keys appends to dst the chained keys of the full blocks of blockSize
+// tokens of a prompt's token ids (as the node's /tokenize gives them, see
+// Tokenizer): block i's key is the key a node's BlockStored gets for a
+// block holding tokens i×blockSize … (i+1)×blockSize-1 after the same
+// ones, so a node holds block i of the prompt exactly when its index has
+// key i. The last partial block is never keyed (nodes cache full blocks).
+func Keys(dst []uint64, tokens []uint32, blockSize int) []uint64 {
+	if blockSize <= 0 {
+		return dst
+	}
 	k := uint64(rootKey)
-	n := 0 // bytes in buf
-	for _, part := range [2][]byte{tools, messages} {
-		for len(part) > 0 {
-			if n == 0 && len(part) >= BlockBytes {
-				k = chainhash.Next(k, maphash.Bytes(keySeed, part[:BlockBytes]))
-				dst = append(dst, k)
-				part = part[BlockBytes:]
-				continue
-			}
-			c := copy(buf[n:], part)
-			n += c
-			part = part[c:]
-			if n == BlockBytes {
-				k = chainhash.Next(k, maphash.Bytes(keySeed, buf[:]))
-				dst = append(dst, k)
-				n = 0
-			}
-		}
+	for len(tokens) >= blockSize {
+		k = chainhash.Next(k, tokenKey(tokens[:blockSize]))
+		dst = append(dst, k)
+		tokens = tokens[blockSize:]
 	}
 	return dst
 }
 
-// tokenKey is a block's hash by its token ids, as PromptKeys hashes bytes.
+// tokenKey is a block's hash by its token ids (4 bytes each,
+// little-endian); the block's length is in what is hashed, so blocks of
+// different sizes never share a key.
 func tokenKey(tokens []uint32) uint64 {
-	var buf [BlockBytes]byte
-	if len(tokens) != BlockTokens {
-		var h maphash.Hash
-		h.SetSeed(keySeed)
-		for _, t := range tokens {
-			binary.LittleEndian.PutUint32(buf[:4], t)
-			h.Write(buf[:4])
+	if len(tokens) <= BlockTokens {
+		var b [4 * BlockTokens]byte
+		for i, t := range tokens {
+			binary.LittleEndian.PutUint32(b[4*i:], t)
 		}
-		return h.Sum64() ^ uint64(len(tokens)) // never a 16-token block's hash
+		return maphash.Bytes(keySeed, b[:4*len(tokens)])
 	}
-	for i, t := range tokens {
-		binary.LittleEndian.PutUint32(buf[4*i:], t)
+	var buf [256]byte
+	var h maphash.Hash
+	h.SetSeed(keySeed)
+	for len(tokens) > 0 {
+		n := min(len(tokens), len(buf)/4)
+		for i, t := range tokens[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], t)
+		}
+		h.Write(buf[:4*n])
+		tokens = tokens[n:]
 	}
-	return maphash.Bytes(keySeed, buf[:])
+	return h.Sum64()
 }
 
 // Index is one node's blocks as its events tell them: the node's block
@@ -83,6 +78,9 @@ type Index struct {
 	queue  []uint64          // node's hashes in the order stored (some since removed)
 	head   int               // queue[head:] is live
 	limit  int
+	// blockSize is the block size of the last BlockStored (the node's
+	// block_size): prompts are keyed in it.
+	blockSize atomic.Int32
 }
 
 // NewIndex returns an index of at most limit blocks.
@@ -123,6 +121,9 @@ func (x *Index) store(e *Event) {
 	bs := e.BlockSize
 	if bs <= 0 || len(e.Tokens) < bs*len(e.Hashes) {
 		return
+	}
+	if int(x.blockSize.Load()) != bs {
+		x.blockSize.Store(int32(bs))
 	}
 	for i, h := range e.Hashes {
 		k := chainhash.Next(prev, tokenKey(e.Tokens[i*bs:(i+1)*bs]))
@@ -185,7 +186,11 @@ func (x *Index) Clear() {
 	x.mu.Unlock()
 }
 
-// Match returns how many leading blocks of keys (PromptKeys) the node
+// BlockSize is the node's block size in tokens, as its last BlockStored
+// said (0: none seen yet).
+func (x *Index) BlockSize() int { return int(x.blockSize.Load()) }
+
+// Match returns how many leading blocks of keys (Keys) the node
 // holds. A node evicts a prompt's deepest blocks first, so the blocks it
 // holds of a prompt are a prefix of it: a binary search finds its end.
 func (x *Index) Match(keys []uint64) int {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,11 +22,17 @@ func tokensOf(b []byte) []uint32 {
 	return out
 }
 
+// blockBytes is one 16-token block of the simulator's tokenizer.
+const blockBytes = BlockTokens * 4
+
+// promptKeys keys a prompt read by the simulator's tokenizer.
+func promptKeys(b []byte) []uint64 { return Keys(nil, tokensOf(b), BlockTokens) }
+
 // storedFor is the BlockStored a node would publish for the full blocks
 // of prompt from block `from` on, with node hashes base+i.
 func storedFor(prompt []byte, from int, base uint64) Event {
-	n := len(prompt) / BlockBytes
-	e := Event{Kind: BlockStored, BlockSize: BlockTokens, Tokens: tokensOf(prompt[from*BlockBytes : n*BlockBytes])}
+	n := len(prompt) / blockBytes
+	e := Event{Kind: BlockStored, BlockSize: BlockTokens, Tokens: tokensOf(prompt[from*blockBytes : n*blockBytes])}
 	for i := from; i < n; i++ {
 		e.Hashes = append(e.Hashes, base+uint64(i))
 	}
@@ -119,16 +124,16 @@ func TestDecodeArrayAndMapForms(t *testing.T) {
 	}
 }
 
-func TestIndexMatchesPromptKeys(t *testing.T) {
+func TestIndexMatchesKeys(t *testing.T) {
 	x := NewIndex(1000)
 	tools := prompt[:100]
 	msgs := prompt[100:]
-	keys := PromptKeys(nil, tools, msgs)
-	if len(keys) != len(prompt)/BlockBytes {
+	keys := promptKeys(append(append([]byte{}, tools...), msgs...))
+	if len(keys) != len(prompt)/blockBytes {
 		t.Fatalf("%d keys", len(keys))
 	}
 	// The node stores the first 5 blocks, then the rest chained to them.
-	x.Apply([]Event{storedFor(prompt[:5*BlockBytes], 0, 1)})
+	x.Apply([]Event{storedFor(prompt[:5*blockBytes], 0, 1)})
 	if got := x.Match(keys); got != 5 {
 		t.Fatalf("matched %d, want 5", got)
 	}
@@ -141,7 +146,7 @@ func TestIndexMatchesPromptKeys(t *testing.T) {
 	if got := x.Match(keys); got != 11 {
 		t.Fatalf("matched %d after evicting 3, want 11", got)
 	}
-	if got := x.Match(PromptKeys(nil, nil, bytes.Repeat([]byte("x"), 640))); got != 0 {
+	if got := x.Match(promptKeys(bytes.Repeat([]byte("x"), 640))); got != 0 {
 		t.Fatalf("unrelated prompt matched %d", got)
 	}
 	// A block whose parent the index never saw cannot be keyed.
@@ -256,7 +261,7 @@ func startPublisher(t *testing.T) *Publisher {
 // it (a PUB socket drops what it sends before a subscriber has joined).
 func sendUntilHeard(t *testing.T, p *Publisher, s *Subscriber, block []byte, hash uint64) {
 	t.Helper()
-	keys := PromptKeys(nil, nil, block)
+	keys := promptKeys(block)
 	waitFor(t, "the subscriber to join", func() bool {
 		p.Send(storedFor(block, 0, hash))
 		time.Sleep(20 * time.Millisecond)
@@ -274,8 +279,8 @@ func TestSubscriberReplaysWhatItMissedAfterAReconnect(t *testing.T) {
 	// The connection drops; the node stores the prompt meanwhile.
 	pubProxy.cut(true)
 	time.Sleep(50 * time.Millisecond)
-	keys := PromptKeys(nil, nil, prompt)
-	pub.Send(storedFor(prompt[:5*BlockBytes], 0, 1))
+	keys := promptKeys(prompt)
+	pub.Send(storedFor(prompt[:5*blockBytes], 0, 1))
 	pub.Send(storedFor(prompt, 5, 1))
 	time.Sleep(50 * time.Millisecond)
 	if got := s.index.Match(keys); got != 0 {
@@ -301,7 +306,7 @@ func TestSubscriberEmptiesTheIndexWhenTheNodeStartsAgain(t *testing.T) {
 	s := Subscribe(Options{Endpoint: pubProxy.addr(), Stale: time.Hour})
 	defer s.Close()
 	sendUntilHeard(t, pub, s, bytes.Repeat([]byte("j"), 64), 7000)
-	keys := PromptKeys(nil, nil, prompt)
+	keys := promptKeys(prompt)
 	for i := 0; i < 3; i++ {
 		pub.Send(storedFor(prompt, 0, 1))
 	}
@@ -368,36 +373,30 @@ func TestSubscriberThatStopsHearingIsNotTrusted(t *testing.T) {
 	waitFor(t, "the event", func() bool { _, live := s.Match(nil, t0+int64(2*time.Second)); return live })
 }
 
-// Events keyed by token ids tollgate cannot compute (a real model's) never
-// match a prompt: after Unmatched requests, the node is not trusted.
-func TestSubscriberWhoseEventsNeverMatchIsNotTrusted(t *testing.T) {
-	pub := startPublisher(t)
-	s := Subscribe(Options{Endpoint: pub.PubAddr(), Stale: time.Hour})
-	defer s.Close()
-	sendUntilHeard(t, pub, s, bytes.Repeat([]byte("j"), 64), 7000)
-	keys := PromptKeys(nil, nil, prompt)
-	now := time.Now().UnixNano()
-	for i := 0; i < Unmatched-1; i++ {
-		s.Sent(now)
-		if _, live := s.Match(keys, now); !live {
-			t.Fatalf("untrusted after %d requests", i+1)
-		}
+// A node of another block size (vLLM's --block-size 32) is matched by keys
+// made in its size, which its events tell; keys of another size miss.
+func TestIndexMatchesInTheNodesBlockSize(t *testing.T) {
+	x := NewIndex(1000)
+	if x.BlockSize() != 0 {
+		t.Fatalf("block size %d before any event", x.BlockSize())
 	}
-	s.Sent(now)
-	if _, live := s.Match(keys, now); live {
-		t.Fatalf("trusted after %d requests without a match", Unmatched)
+	ids := tokensOf(prompt) // 225 ids: 7 blocks of 32
+	e := Event{Kind: BlockStored, BlockSize: 32, Tokens: ids[:7*32]}
+	for i := 0; i < 7; i++ {
+		e.Hashes = append(e.Hashes, uint64(50+i))
 	}
-	// One that matched once stays trusted.
-	s2 := Subscribe(Options{Endpoint: pub.PubAddr(), Stale: time.Hour})
-	defer s2.Close()
-	sendUntilHeard(t, pub, s2, bytes.Repeat([]byte("i"), 64), 9000)
-	pub.Send(storedFor(prompt, 0, 1))
-	waitFor(t, "a match", func() bool { b, _ := s2.Match(keys, now); return b > 0 })
-	for i := 0; i < 2*Unmatched; i++ {
-		s2.Sent(now)
+	x.Apply([]Event{e})
+	if x.BlockSize() != 32 {
+		t.Fatalf("block size %d, want 32", x.BlockSize())
 	}
-	if _, live := s2.Match(PromptKeys(nil, nil, []byte(strings.Repeat("z", 640))), now); !live {
-		t.Fatal("a node whose events matched once is not trusted")
+	if got := x.Match(Keys(nil, ids, 32)); got != 7 {
+		t.Fatalf("matched %d blocks of 32, want 7", got)
+	}
+	if got := x.Match(Keys(nil, ids, 16)); got != 0 {
+		t.Fatalf("keys of 16 matched %d blocks of 32", got)
+	}
+	if got := len(Keys(nil, ids[:31], 32)); got != 0 {
+		t.Fatalf("a partial block was keyed (%d keys)", got)
 	}
 }
 
@@ -406,30 +405,29 @@ func TestSubscriberWhoseEventsNeverMatchIsNotTrusted(t *testing.T) {
 func TestIndexBoundAppliesAfterTheBatch(t *testing.T) {
 	x := NewIndex(14)
 	x.Apply([]Event{storedFor(prompt, 0, 1)}) // 14 blocks: full
-	other := bytes.Repeat([]byte("y"), 4*BlockBytes)
+	other := bytes.Repeat([]byte("y"), 4*blockBytes)
 	x.Apply([]Event{storedFor(other, 0, 100), {Kind: BlockRemoved, Hashes: []uint64{1 + 13, 1 + 12, 1 + 11, 1 + 10}}})
-	keys := PromptKeys(nil, nil, prompt)
+	keys := promptKeys(prompt)
 	if got := x.Match(keys); got != 10 || x.Match(keys[:1]) != 1 {
 		t.Fatalf("matched %d of the first prompt (first block: %d), want its first 10 blocks", got, x.Match(keys[:1]))
 	}
 	if b, _ := x.Size(); b != 14 {
 		t.Fatalf("%d blocks, want 14", b)
 	}
-	if got := x.Match(PromptKeys(nil, nil, other)); got != 4 {
+	if got := x.Match(promptKeys(other)); got != 4 {
 		t.Fatalf("matched %d of the second, want 4", got)
 	}
 }
 
-// BenchmarkPromptKeys100KB is the request path's cost of keying a 100 KB
-// prompt for the nodes' events; BenchmarkIndexMatch100KB the match on one
-// node holding half of it among 50 other such prompts.
-func BenchmarkPromptKeys100KB(b *testing.B) {
-	msgs := bytes.Repeat([]byte("the conversation so far, "), 4000)
+// BenchmarkKeys100KB is the request path's cost of keying a 100 KB
+// prompt's token ids for the nodes' events; BenchmarkIndexMatch100KB the
+// match on one node holding half of it among 50 other such prompts.
+func BenchmarkKeys100KB(b *testing.B) {
+	ids := tokensOf(bytes.Repeat([]byte("the conversation so far, "), 4000))
 	buf := make([]uint64, 0, 2048)
-	b.SetBytes(int64(len(msgs)))
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = PromptKeys(buf[:0], nil, msgs)
+		buf = Keys(buf[:0], ids, BlockTokens)
 	}
 }
 
@@ -441,7 +439,7 @@ func BenchmarkIndexMatch100KB(b *testing.B) {
 		x.Apply([]Event{storedFor(other, 0, uint64(i)<<32)})
 	}
 	x.Apply([]Event{storedFor(msgs[:len(msgs)/2], 0, 99<<32)})
-	keys := PromptKeys(nil, nil, msgs)
+	keys := promptKeys(msgs)
 	b.ReportAllocs()
 	for b.Loop() {
 		x.Match(keys)

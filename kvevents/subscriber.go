@@ -59,12 +59,6 @@ type Subscriber struct {
 	// heard: a batch arrived. A node never heard from is not trusted (its
 	// index would say it holds nothing).
 	heard atomic.Bool
-	// sent and matched count the requests sent to the node and the prompts
-	// its index matched: events that never match any prompt are keyed by
-	// token ids tollgate cannot compute (a real model's tokenizer), and
-	// are not trusted (see Unmatched).
-	sent, matched atomic.Int64
-	warnOnce      sync.Once
 
 	mu      sync.Mutex
 	lastSeq int64 // -1: nothing received yet
@@ -114,27 +108,15 @@ func (s *Subscriber) Match(keys []uint64, now int64) (blocks int, live bool) {
 	if !s.live(now) {
 		return 0, false
 	}
-	if b := s.index.Match(keys); b > 0 {
-		if s.matched.Load() == 0 {
-			s.matched.Add(1)
-		}
-		return b, true
-	}
-	return 0, true
+	return s.index.Match(keys), true
 }
 
-// Unmatched is how many requests sent to a node whose events never
-// matched a prompt make its events untrusted.
-const Unmatched = 32
+// BlockSize is the node's block size in tokens, as its events say (0:
+// no block stored yet): a prompt's keys for Match are made in it (Keys).
+func (s *Subscriber) BlockSize() int { return s.index.BlockSize() }
 
 func (s *Subscriber) live(now int64) bool {
 	if !s.heard.Load() {
-		return false
-	}
-	if s.matched.Load() == 0 && s.sent.Load() >= Unmatched {
-		s.warnOnce.Do(func() {
-			s.o.Log.Warn("kv events never match a prompt (the node's token ids are not the ones tollgate computes): routing it by the approximate index", "endpoint", s.o.Endpoint)
-		})
 		return false
 	}
 	if p := s.pending.Load(); p != 0 && now-p > int64(s.o.Stale) {
@@ -147,9 +129,6 @@ func (s *Subscriber) live(now int64) bool {
 // publishes is expected to answer with events.
 func (s *Subscriber) Sent(now int64) {
 	s.pending.CompareAndSwap(0, now)
-	if s.matched.Load() == 0 {
-		s.sent.Add(1)
-	}
 }
 
 // Stats returns the counters and the index's size.

@@ -120,10 +120,19 @@ func (s *Service) StartCheckout(ctx context.Context, accountID string, credit to
 	if err != nil {
 		return tollgate.Payment{}, Checkout{}, err
 	}
-	if a.Disabled && !s.owes(ctx, accountID) {
-		// An account disabled for what it owes may pay; one the operator
-		// disabled would pay and get nothing credited.
-		return tollgate.Payment{}, Checkout{}, tollgate.Errorf(tollgate.CodeAccountDisabled, "the account is disabled")
+	if a.Disabled {
+		h, err := s.st.PaymentHold(ctx, accountID)
+		if err != nil {
+			return tollgate.Payment{}, Checkout{}, err
+		}
+		if !h.Held {
+			// One the operator disabled would pay and get nothing
+			// credited (docs/payments.md).
+			return tollgate.Payment{}, Checkout{}, tollgate.Errorf(tollgate.CodeAccountDisabled, "the account is disabled")
+		}
+		if err := s.CheckOwed(h, credit); err != nil {
+			return tollgate.Payment{}, Checkout{}, err
+		}
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
 	id := tollgate.NewOrderedID("pay_", now)
@@ -145,17 +154,31 @@ func (s *Service) StartCheckout(ctx context.Context, accountID string, credit to
 	return p, co, nil
 }
 
-func (s *Service) owes(ctx context.Context, accountID string) bool {
-	owed, err := s.st.OwedAmounts(ctx)
+// CheckOwed refuses a credit below OwedMin for an account that payments
+// disabled for what it owes: the credit settles what is owed first, and a
+// smaller one would leave the account disabled with its balance gone.
+func (s *Service) CheckOwed(h tollgate.PaymentHold, credit tollgate.Amount) error {
+	if least := s.OwedMin(h.Owed); h.Held && h.Owed > 0 && credit < least {
+		return tollgate.ParamErrorf(tollgate.CodeInvalidRequest, "amount",
+			"the account owes %s USD: the amount must be at least %s USD", h.Owed, least)
+	}
+	return nil
+}
+
+// OwedMin is the least credit a checkout of an account that owes owed
+// (and that payments disabled) may ask: what it owes rounded up to the
+// cent, and at least Min; at most Max, so that a debt above Max is paid
+// in several checkouts.
+func (s *Service) OwedMin(owed tollgate.Amount) tollgate.Amount {
+	least, err := tollgate.AmountFromCents(owed.CentsCeil())
 	if err != nil {
-		return false
+		least = owed
 	}
-	for _, o := range owed {
-		if o.AccountID == accountID {
-			return true
-		}
+	least = max(least, s.o.Min)
+	if s.o.Max > 0 {
+		least = min(least, s.o.Max)
 	}
-	return false
+	return least
 }
 
 // Recheck asks the provider for a checkout session's state and credits it

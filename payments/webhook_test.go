@@ -479,3 +479,45 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func billingPost(t *testing.T, st store, acct string, amount tollgate.Amount) (operator.Posted, error) {
 	return operator.Post(t.Context(), st, tollgate.LedgerDebit, acct, amount, "spent", "test", time.Now())
 }
+
+// TestCheckoutOfHeldAccount: an account that a refund left owing (disabled
+// by payments) may start a checkout of at least what it owes (rounded up
+// to the cent, at least the minimum); one the operator disabled may not.
+func TestCheckoutOfHeldAccount(t *testing.T) {
+	st := openSQLite(t)
+	in := newInstance(t, st, stripetest.URL(t))
+	acct := newAccount(t, st, 0)
+	p := checkout(t, st, acct, tollgate.Dollars(10), 0)
+	pi := tollgate.NewID("pi_")
+	mustDeliver(t, in.url, completed(p, pi), 200, tollgate.OutcomeCredited)
+	if _, err := operator.Post(t.Context(), st, tollgate.LedgerDebit, acct, tollgate.MustParseAmount("7.000000000001"), "", "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	mustDeliver(t, in.url, stripetest.Event(tollgate.NewID("evt_"), payments.EventChargeRefunded, time.Now(),
+		stripetest.Charge("ch_h", pi, 1000, 1000)), 200, tollgate.OutcomeDebited)
+	if h, err := st.PaymentHold(t.Context(), acct); err != nil || !h.Held || h.Owed != tollgate.MustParseAmount("7.000000000001") {
+		t.Fatalf("hold %+v, %v", h, err)
+	}
+	if got := in.svc.OwedMin(tollgate.MustParseAmount("7.000000000001")); got != tollgate.MustParseAmount("7.01") {
+		t.Fatalf("OwedMin = %s, want 7.01", got)
+	}
+	_, _, err := in.svc.StartCheckout(t.Context(), acct, tollgate.Dollars(7), false)
+	if te, ok := err.(*tollgate.Error); !ok || te.Code != tollgate.CodeInvalidRequest || te.Param != "amount" ||
+		!strings.Contains(te.Message, "at least 7.01 USD") {
+		t.Fatalf("a checkout below what is owed: %v", err)
+	}
+	if _, _, err := in.svc.StartCheckout(t.Context(), acct, tollgate.MustParseAmount("7.01"), false); err != nil {
+		t.Fatalf("a checkout of what is owed: %v", err)
+	}
+	if err := st.SetAccountDisabled(t.Context(), acct, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := in.svc.StartCheckout(t.Context(), acct, tollgate.Dollars(20), false); tollgate.ErrorCode(err) != tollgate.CodeAccountDisabled {
+		t.Fatalf("a checkout of an account the operator disabled: %v", err)
+	}
+	for owed, want := range map[string]string{"0.01": "5", "5": "5", "12.5": "12.5", "2000": "1000"} {
+		if got := in.svc.OwedMin(tollgate.MustParseAmount(owed)); got != tollgate.MustParseAmount(want) {
+			t.Errorf("OwedMin(%s) = %s, want %s", owed, got, want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/paystore"
@@ -44,21 +45,43 @@ func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 	sorted := slices.Clone(ops)
 	slices.SortStableFunc(sorted, func(a, b *tollgate.BillingOp) int { return strings.Compare(opAccount(a), opAccount(b)) })
 	var err error
+	var committing bool
 	for attempt := 0; attempt < 5; attempt++ {
-		err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return applyBatch(ctx, tx, sorted, len(sorted) > 1) })
+		committing, err = db.applyTx(ctx, sorted, len(sorted) > 1)
 		if pgCode(err) == reservationGone {
 			// A reservation was swept: charge by charge, those come from
 			// the free balance alone.
-			err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return applyBatch(ctx, tx, sorted, false) })
+			committing, err = db.applyTx(ctx, sorted, false)
 		}
 		if c := pgCode(err); c != deadlockDetected && c != serializationFailure {
 			break
 		}
 	}
 	if err != nil {
+		// Only a COMMIT sent without an answer leaves the batch unknown:
+		// one the server answered with an error was rolled back, and one
+		// that failed before any byte went out was never sent.
+		var pe *pgconn.PgError
+		if !committing || errors.As(err, &pe) || pgconn.SafeToRetry(err) {
+			return fmt.Errorf("postgres: billing batch of %d %w: %w", len(ops), tollgate.ErrNotApplied, err)
+		}
 		return fmt.Errorf("postgres: billing batch of %d: %w", len(ops), err)
 	}
 	return nil
+}
+
+// applyTx applies ops in one transaction; committing reports that its error,
+// if any, is the COMMIT's.
+func (db *DB) applyTx(ctx context.Context, ops []*tollgate.BillingOp, sum bool) (committing bool, err error) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := applyBatch(ctx, tx, ops, sum); err != nil {
+		_ = tx.Rollback(ctx) // the error to report is the batch's
+		return false, err
+	}
+	return true, tx.Commit(ctx)
 }
 
 // summed reports whether op is a charge its reservation covers, which
@@ -116,7 +139,11 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 				h.ID, h.AccountID, h.KeyID, h.Owner, h.Created, h.Expires, int64(h.Amount), int64(op.Need), int64(op.MinFree),
 				op.Fraction, op.Create)
 		case tollgate.OpReturn:
-			b.Queue(`SELECT tollgate_return($1, $2, $3)`, op.Reservation, op.Hold.AccountID, int64(op.Return))
+			if op.ReturnAll {
+				b.Queue(`SELECT gone, returned FROM tollgate_return_all($1, $2)`, op.Reservation, op.Hold.AccountID)
+			} else {
+				b.Queue(`SELECT tollgate_return($1, $2, $3)`, op.Reservation, op.Hold.AccountID, int64(op.Return))
+			}
 		case tollgate.OpCharge:
 			c := &op.Charge
 			id := c.RequestID
@@ -174,7 +201,17 @@ func applyBatch(ctx context.Context, tx pgx.Tx, ops []*tollgate.BillingOp, sum b
 			err = br.QueryRow().Scan(&outcome, &free, &granted, &op.Gone)
 			op.Outcome, op.Free, op.Granted = tollgate.HoldOutcome(outcome), tollgate.Amount(free), tollgate.Amount(granted)
 		case tollgate.OpReturn:
-			err = br.QueryRow().Scan(&op.Gone)
+			if op.ReturnAll {
+				var returned int64
+				err = br.QueryRow().Scan(&op.Gone, &returned)
+				op.Returned = tollgate.Amount(returned)
+			} else {
+				err = br.QueryRow().Scan(&op.Gone)
+				op.Returned = 0
+				if !op.Gone {
+					op.Returned = op.Return
+				}
+			}
 		case tollgate.OpCharge:
 			var charged, uncollected int64
 			err = br.QueryRow().Scan(&charged, &uncollected, &op.Replayed, &op.Gone)

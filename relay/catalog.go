@@ -59,7 +59,7 @@ type Backend struct {
 
 // Policy is b's routing policy (routing.Backend).
 func (b *Backend) Policy() routing.Policy {
-	return routing.Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin}
+	return routing.Policy{Class: b.Class, Routing: b.Routing, PrefixMargin: b.PrefixMargin, Model: b.UpstreamModel}
 }
 
 // Members are b's nodes (routing.Backend).

@@ -8,6 +8,11 @@ import (
 	"github.com/tollgate/tollgate/routing"
 )
 
+// The relay's side of routing (package routing): which backends can serve
+// a request (checkCapabilities), a backend and node for it (Relay.picker),
+// and what came of it, told back to routing (upstreamOK, upstreamFailed,
+// upstreamRefused).
+
 // prefixRoute is one request's routing state (package routing), on the
 // caller's stack.
 type prefixRoute = routing.Request[*Backend, *Node]
@@ -70,4 +75,25 @@ func (x *exchange) upstreamFailed() {
 		x.r.log.Warn("node ejected: its requests fail", "node", x.node.Name, "model", x.model.ID,
 			"ejection_seconds", d.Seconds(), "request_id", x.call.RequestID)
 	}
+}
+
+// upstreamRefused records that the serving node refused the connection
+// (nothing was sent: the node is down at once) and, when retry, moves the
+// request to another node of the same backend. It reports whether one took
+// it.
+func (x *exchange) upstreamRefused(retry bool) bool {
+	x.node.Unreachable(x.r.opts.Health, true, x.r.now())
+	if !retry {
+		return false
+	}
+	var rp prefixRoute
+	_, n := x.r.picker.Pick([]*Backend{x.backend}, x.backend.Class, x.node, x.r.picker.Retry(&rp, x.prompt, x.r.now()))
+	if n == nil {
+		return false
+	}
+	x.node.Release()
+	x.nodeMu.Lock()
+	x.node = n
+	x.nodeMu.Unlock()
+	return true
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -32,7 +33,7 @@ func TestPrefixIndexAcrossReloads(t *testing.T) {
 		t.Helper()
 		m, _ := r.Catalog().Lookup("m")
 		var pr prefixRoute
-		_, n, err := r.picker.Route(m.ID, m.Backends, nil, r.picker.Start(&pr, m.ID, m.Backends, cr, r.now()))
+		_, n, err := r.picker.Route(m.ID, m.Backends, nil, r.picker.Start(context.Background(), &pr, m.ID, m.Backends, cr, r.now()))
 		pr.Done()
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -135,7 +136,13 @@ func (r *Relay) startEvents(c *Catalog) {
 		return
 	}
 	for _, n := range c.Nodes() {
-		n.Subscribe(r.log.With("node", n.Name))
+		// The events name blocks by token ids: vLLM's /tokenize gives a
+		// chat's (SGLang's takes plain text only, not a chat).
+		tokenize := ""
+		if n.Flavour == openai.VLLM {
+			tokenize = strings.TrimSuffix(n.BaseURL, "/v1") + "/tokenize"
+		}
+		n.Subscribe(r.log.With("node", n.Name), tokenize, n.Key, r.dialer)
 	}
 }
 
@@ -251,7 +258,7 @@ func (r *Relay) ServeChat(w http.ResponseWriter, req *http.Request, call *Call) 
 	}
 	able, emulate := honouring(able, cr)
 	var pr prefixRoute
-	b, node, err := r.picker.Route(m.ID, able, nil, r.picker.Start(&pr, m.ID, m.Backends, cr, r.now()))
+	b, node, err := r.picker.Route(m.ID, able, nil, r.picker.Start(req.Context(), &pr, m.ID, m.Backends, cr, r.now()))
 	defer pr.Done()
 	if err != nil {
 		return err
@@ -507,16 +514,8 @@ func (x *exchange) send(ctx context.Context) (*http.Response, error) {
 			return nil, err
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			x.node.Unreachable(x.r.opts.Health, true, x.r.now())
-			if x.backend.Class == tollgate.ClassNetwork && attempt < 3 {
-				var rp prefixRoute
-				if _, n := x.r.picker.Pick([]*Backend{x.backend}, x.backend.Class, x.node, x.r.picker.Retry(&rp, x.prompt, x.r.now())); n != nil {
-					x.node.Release()
-					x.nodeMu.Lock()
-					x.node = n
-					x.nodeMu.Unlock()
-					continue
-				}
+			if x.upstreamRefused(x.backend.Class == tollgate.ClassNetwork && attempt < 3) {
+				continue
 			}
 			// Nothing reached a model: no node could take the request.
 			return nil, &tollgate.Error{Code: tollgate.CodeBackendUnavailable, RetryAfter: 2, Err: err,

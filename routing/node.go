@@ -3,12 +3,14 @@
 // (down, with a backoff) and by its real requests (outlier ejection), the
 // prompt prefixes recently sent to it and, when it publishes them, its
 // KV-cache events. The relay asks it for a node among a model's backends and
-// reports what came of the request; routing knows nothing of HTTP.
+// reports what came of the request; routing knows nothing of HTTP (a node's
+// /tokenize, for its events, is asked through package kvevents).
 package routing
 
 import (
 	"cmp"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,9 @@ type Policy struct {
 	// prefix may have beyond the least loaded node's (prefix.go).
 	Routing      string
 	PrefixMargin int64
+	// Model is the name the backend's nodes serve the model by: their
+	// /tokenize is asked in it (prefix.go).
+	Model string
 }
 
 // Backend is a backend as the picker sees it (relay.Backend): its policy
@@ -78,6 +83,7 @@ type Node struct {
 	// kv is the node's KV-cache event stream when it publishes one (nil:
 	// none); closed when a reload drops the node.
 	kv                   *kvevents.Subscriber
+	tok                  *kvevents.Tokenizer // the node's /tokenize, for kv's keys (nil: none)
 	kvEndpoint, kvReplay string
 	kvBlocks             int // the bound of kv's index
 	// poll reads the node's own report of its load every pollEvery
@@ -113,11 +119,23 @@ func (n *Node) SetEvents(endpoint, replay string, tokens int64) {
 func (n *Node) Events() (endpoint, replay string) { return n.kvEndpoint, n.kvReplay }
 
 // Subscribe starts following the node's KV-cache events, when it publishes
-// them and is not followed yet. Call it before requests can see the node:
-// they read its subscriber without a lock.
-func (n *Node) Subscribe(log *slog.Logger) {
-	if n.kvEndpoint != "" && n.kv == nil {
-		n.kv = kvevents.Subscribe(kvevents.Options{Endpoint: n.kvEndpoint, Replay: n.kvReplay, MaxBlocks: n.kvBlocks, Log: log})
+// them and is not followed yet. tokenizeURL, when the node says which token
+// ids a chat's prompt is made of (vLLM's /tokenize; "": it does not), is
+// asked for a prompt's ids, with the node's key, to match its events by
+// (prefix.go). Call it before requests can see the node: they read both
+// without a lock.
+func (n *Node) Subscribe(log *slog.Logger, tokenizeURL, key string, dialer *net.Dialer) {
+	if n.kvEndpoint == "" || n.kv != nil {
+		return
+	}
+	n.kv = kvevents.Subscribe(kvevents.Options{Endpoint: n.kvEndpoint, Replay: n.kvReplay, MaxBlocks: n.kvBlocks, Log: log})
+	if tokenizeURL != "" {
+		t, err := kvevents.NewTokenizer(kvevents.TokenizerOptions{URL: tokenizeURL, Key: key, Dialer: dialer, Log: log})
+		if err != nil {
+			log.Warn("kv events: no /tokenize client: the events are not matched", "url", tokenizeURL, "error", err)
+			return
+		}
+		n.tok = t
 	}
 }
 
@@ -125,6 +143,9 @@ func (n *Node) Subscribe(log *slog.Logger) {
 func (n *Node) Unsubscribe() {
 	if n.kv != nil {
 		n.kv.Close()
+	}
+	if n.tok != nil {
+		n.tok.Close()
 	}
 }
 

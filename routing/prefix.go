@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,10 +53,15 @@ type Request[B Backend[N], N Member] struct {
 	opening int    // bytes of messages up to the end of the first question
 	tools   int    // bytes of the tools definitions
 
-	// keys are the prompt's blocks as a node's KV-cache events name them
-	// (kvevents.PromptKeys), computed when a node of the model publishes them.
-	keys    []uint64
-	keysBuf *[]uint64
+	// tokens are the prompt's token ids as a node of the model tokenized
+	// them (kvevents.Tokenizer), when its nodes publish KV-cache events;
+	// keys are them keyed in blocks of keysSize tokens, the nodes' block
+	// size (kvevents.Keys); promptBytes the bytes of tools and messages.
+	tokens      []uint32
+	keys        []uint64
+	keysSize    int
+	keysBuf     *[]uint64
+	promptBytes int
 
 	// The current pick attempt: the able prefix-routed nodes seen.
 	cands []prefixCand[B, N]
@@ -118,6 +124,9 @@ type PrefixStats struct {
 	EventBatches, EventReplayed, EventLost, EventRestarts int64
 	// Events applied, by kind.
 	EventsStored, EventsRemoved, EventsCleared int64
+	// Prompts tokenized by a node's /tokenize for its events, and calls that
+	// failed (timed out, refused: those requests used the index).
+	Tokenized, TokenizeFailed int64
 }
 
 // PrefixStats returns the counters of prefix routing and the index sizes
@@ -147,6 +156,11 @@ func (p *Picker[B, N]) PrefixStats(nodes []N, now time.Time) PrefixStats {
 				s.EventsLive++
 			}
 		}
+		if n.tok != nil {
+			st := n.tok.Stats()
+			s.Tokenized += st.Answered
+			s.TokenizeFailed += st.Failed
+		}
 	}
 	return s
 }
@@ -157,11 +171,16 @@ var prefixBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 512); return
 // them routes by prefix (and the prompt has a full block) or by round
 // robin, and returns it; else nil. The caller calls pr.Done after routing.
 // Nodes found down lose their index here: a server that went away may come
-// back with an empty cache.
-func (p *Picker[B, N]) Start(pr *Request[B, N], model string, backends []B, cr *openai.ChatRequest, now time.Time) *Request[B, N] {
-	prefix, events := false, false
+// back with an empty cache. When nodes publish KV-cache events, a node's
+// /tokenize is asked for the prompt's token ids (within ctx).
+func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model string, backends []B, cr *openai.ChatRequest, now time.Time) *Request[B, N] {
+	prefix := false
+	tokenizes := false // a healthy node serves /tokenize
+	heard := false     // a node's events are trusted now
+	at := now.UnixNano()
 	for _, b := range backends {
-		switch b.Policy().Routing {
+		pol := b.Policy()
+		switch pol.Routing {
 		case RoundRobin:
 			pr.roundRobin = true
 		case PrefixCache:
@@ -170,15 +189,30 @@ func (p *Picker[B, N]) Start(pr *Request[B, N], model string, backends []B, cr *
 				n := m.State()
 				if !n.Healthy() {
 					n.prefix.reset()
+					continue
 				}
-				events = events || n.kv != nil
+				tokenizes = tokenizes || n.tok != nil
+				if n.kv != nil && !heard {
+					_, heard = n.kv.Match(nil, at)
+				}
 			}
 		}
 	}
 	if prefix {
-		pr.hash(model, cr.Field("tools"), cr.Field("messages"), events)
-		pr.now = now.UnixNano()
+		pr.hash(model, cr.Field("tools"), cr.Field("messages"))
+		pr.now = at
 		pr.stats = &p.prefixStats
+		// The node's own token ids, for its events (kvevents/tokenize.go);
+		// on any failure the approximate index routes the request. Not for
+		// a conversation's opening alone: no node can hold more of it, so
+		// it goes home whatever the events say.
+		if pr.hashes != nil && tokenizes && heard && len(cr.Field("messages"))-pr.opening > 8 {
+			if tok, tokModel := pr.tokenizer(backends, at); tok != nil {
+				if ids, err := tok.Tokenize(ctx, tokModel, cr.Field); err == nil && len(ids) > 0 {
+					pr.tokens, pr.promptBytes = ids, len(cr.Field("tools"))+len(cr.Field("messages"))
+				}
+			}
+		}
 	}
 	if pr.hashes == nil && !pr.roundRobin {
 		return nil
@@ -186,10 +220,39 @@ func (p *Picker[B, N]) Start(pr *Request[B, N], model string, backends []B, cr *
 	return pr
 }
 
-// hash fills the request's block hashes, its conversation's hash and, when
-// a node publishes its cache (events), the keys its events are matched by.
+// tokenizer returns the /tokenize client to ask for the conversation's
+// prompt, and the model name to ask in: the healthy node not backed off
+// ranked first for the conversation (its home, when it can), so the work
+// spreads over the nodes with their conversations and a prompt sent again
+// finds its ids in that node's cache. nil when none can.
+func (pr *Request[B, N]) tokenizer(backends []B, at int64) (*kvevents.Tokenizer, string) {
+	var best *Node
+	var model string
+	var rank uint64
+	for _, b := range backends {
+		pol := b.Policy()
+		if pol.Routing != PrefixCache {
+			continue
+		}
+		for _, m := range b.Members() {
+			n := m.State()
+			if n.tok == nil || !n.Healthy() || !n.tok.Usable(at) {
+				continue
+			}
+			if r := rendezvous(pr.conv, n.routeID); best == nil || r > rank {
+				best, model, rank = n, pol.Model, r
+			}
+		}
+	}
+	if best == nil {
+		return nil, ""
+	}
+	return best.tok, model
+}
+
+// hash fills the request's block hashes and its conversation's hash.
 // Nothing when the messages have no full block.
-func (pr *Request[B, N]) hash(model string, tools, msgs []byte, events bool) {
+func (pr *Request[B, N]) hash(model string, tools, msgs []byte) {
 	bp := prefixBufs.Get().(*[]uint64)
 	h := hashPrefix((*bp)[:0], model, tools, msgs)
 	if len(h) == 0 {
@@ -200,10 +263,19 @@ func (pr *Request[B, N]) hash(model string, tools, msgs []byte, events bool) {
 	pr.opening = openai.OpeningEnd(msgs)
 	pr.tools = len(tools)
 	pr.conv = conversationHash(model, tools, msgs[:pr.opening])
-	if events {
-		kp := prefixBufs.Get().(*[]uint64)
-		pr.keys, pr.keysBuf = kvevents.PromptKeys((*kp)[:0], tools, msgs), kp
+}
+
+// keysIn returns the prompt's keys in blocks of size tokens (made once per
+// block size: a backend's nodes have one).
+func (pr *Request[B, N]) keysIn(size int) []uint64 {
+	if pr.keysSize != size {
+		if pr.keysBuf == nil {
+			pr.keysBuf = prefixBufs.Get().(*[]uint64)
+		}
+		pr.keys, pr.keysSize = kvevents.Keys((*pr.keysBuf)[:0], pr.tokens, size), size
+		*pr.keysBuf = pr.keys
 	}
+	return pr.keys
 }
 
 // conversationHash names a conversation alike on every instance (a fixed
@@ -235,9 +307,9 @@ func rendezvous(conv, node uint64) uint64 {
 // Done returns the hash buffers; pr is not used after it.
 func (pr *Request[B, N]) Done() {
 	if pr.keysBuf != nil {
-		*pr.keysBuf = pr.keys[:0]
+		*pr.keysBuf = (*pr.keysBuf)[:0]
 		prefixBufs.Put(pr.keysBuf)
-		pr.keysBuf, pr.keys = nil, nil
+		pr.keysBuf, pr.keys, pr.tokens = nil, nil, nil
 	}
 	if pr.buf == nil {
 		return
@@ -277,10 +349,18 @@ func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 	c := prefixCand[B, N]{b: b, n: m, load: load, rank: rendezvous(pr.conv, n.routeID)}
 	c.local = n.prefix.match(pr.hashes, pr.now)
 	held := c.local * PrefixBlockBytes
-	if n.kv != nil && pr.keys != nil {
-		// The node's own word, when it is heard: blocks of tools then messages.
-		if blocks, live := n.kv.Match(pr.keys, pr.now); live {
-			held = blocks*kvevents.BlockBytes - pr.tools
+	if n.kv != nil && pr.tokens != nil {
+		// The node's own word, when it is heard, in its block size: its
+		// blocks held, as bytes of the messages (the template's tokens spread
+		// evenly; the tools come first). A node heard that stored nothing
+		// yet has no block size: it holds none.
+		size := n.kv.BlockSize()
+		var keys []uint64
+		if size > 0 {
+			keys = pr.keysIn(size)
+		}
+		if blocks, live := n.kv.Match(keys, pr.now); live {
+			held = blocks*size*pr.promptBytes/len(pr.tokens) - pr.tools
 		}
 	}
 	if held > pr.opening {

@@ -1,7 +1,6 @@
 package routing
 
 import (
-	"encoding/binary"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -154,6 +153,9 @@ func TestPrefixRoutingNodeAddedOrRemoved(t *testing.T) {
 	}
 }
 
+// simBlock is a 16-token block of the simulator's tokenizer, in bytes.
+const simBlock = kvevents.BlockTokens * 4
+
 // A node's own events outweigh this instance's index: a conversation its
 // home has evicted goes to the node that reports holding it.
 func TestPrefixRoutingTrustsTheNodesEvents(t *testing.T) {
@@ -173,18 +175,16 @@ func TestPrefixRoutingTrustsTheNodesEvents(t *testing.T) {
 	// prompt: its token ids are its bytes 4 at a time (the simulator's).
 	stored := func(msgs []byte, base uint64) kvevents.Event {
 		e := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: kvevents.BlockTokens}
-		for i := 0; i+kvevents.BlockBytes <= len(msgs); i += kvevents.BlockBytes {
+		for i := 0; i+simBlock <= len(msgs); i += simBlock {
 			e.Hashes = append(e.Hashes, base+uint64(i))
-			for j := i; j < i+kvevents.BlockBytes; j += 4 {
-				e.Tokens = append(e.Tokens, binary.LittleEndian.Uint32(msgs[j:]))
-			}
 		}
+		e.Tokens = simTokens(msgs[:len(e.Hashes)*simBlock])
 		return e
 	}
 	// held is what the node reports of msgs, once its subscriber has joined.
 	held := func(n *node, msgs []byte, want int) {
 		t.Helper()
-		keys := kvevents.PromptKeys(nil, nil, msgs)
+		keys := kvevents.Keys(nil, simTokens(msgs), kvevents.BlockTokens)
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 			if b, live := n.kv.Match(keys, time.Now().UnixNano()); live && b == want {
 				return
@@ -223,7 +223,7 @@ func TestPrefixRoutingTrustsTheNodesEvents(t *testing.T) {
 			held(n, t3, 0)
 		}
 	}
-	held(other, t3, len(t3)/kvevents.BlockBytes)
+	held(other, t3, len(t3)/simBlock)
 	if got := in.route(t, turnOf(1, 4)); got != other.BaseURL {
 		t.Fatalf("turn 4 went to %s; the node holding turn 3 by its events is %s (home %s)", got, other.BaseURL, home.BaseURL)
 	}

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -229,7 +230,7 @@ func BenchmarkPrefixRoute100KB(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var pr prefixRoute
-		_, n, _ := p.Route(m.ID, able, nil, p.Start(&pr, m.ID, m.Backends, cr, time.Now()))
+		_, n, _ := p.Route(m.ID, able, nil, p.Start(context.Background(), &pr, m.ID, m.Backends, cr, time.Now()))
 		pr.Done()
 		n.Release()
 	}

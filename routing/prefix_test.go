@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -32,13 +34,25 @@ func netNodes(k int, maxConc int64) []*node {
 func routeTurn(t *testing.T, p *picker, stats *prefixCounters, m *model, able []*backend, msgs []byte) *node {
 	t.Helper()
 	pr := prefixRoute{now: time.Now().UnixNano(), stats: stats}
-	pr.hash(m.ID, nil, msgs, hasEvents(able))
+	pr.hash(m.ID, nil, msgs)
+	if hasEvents(able) { // as a node's /tokenize answers: the simulator's tokenizer
+		pr.tokens, pr.promptBytes = simTokens(msgs), len(msgs)
+	}
 	defer pr.Done()
 	_, n, err := p.Route(m.ID, able, nil, &pr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// simTokens reads bytes 4 at a time as token ids (the simulator's tokenizer).
+func simTokens(b []byte) []uint32 {
+	out := make([]uint32, 0, len(b)/4)
+	for ; len(b) >= 4; b = b[4:] {
+		out = append(out, binary.LittleEndian.Uint32(b))
+	}
+	return out
 }
 
 func hasEvents(able []*backend) bool {
@@ -132,7 +146,7 @@ func TestPrefixRoutingMovesWhenTheNodeIsLoadedOrDown(t *testing.T) {
 	}
 	n.Release()
 	var pr prefixRoute
-	if p.Start(&pr, m.ID, m.Backends, chatReq(t, convo("c", 5, 500)), time.Now()) == nil {
+	if p.Start(context.Background(), &pr, m.ID, m.Backends, chatReq(t, convo("c", 5, 500)), time.Now()) == nil {
 		t.Fatal("no prefix route for a long prompt")
 	}
 	pr.Done()
@@ -214,7 +228,7 @@ func TestRoundRobinIgnoresLoad(t *testing.T) {
 	count := map[*node]int{}
 	for i := 0; i < 6; i++ {
 		var pr prefixRoute
-		_, n, err := p.Route(m.ID, able, nil, p.Start(&pr, m.ID, m.Backends, chatReq(t, convo("x", 1, 10)), time.Now()))
+		_, n, err := p.Route(m.ID, able, nil, p.Start(context.Background(), &pr, m.ID, m.Backends, chatReq(t, convo("x", 1, 10)), time.Now()))
 		if err != nil {
 			t.Fatal(err)
 		}

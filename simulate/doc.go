@@ -1,7 +1,8 @@
 // Package simulate is a model-server simulator: an http.Handler that answers
 // chat completions the way vLLM, SGLang, llama.cpp's llama-server, Ollama's
 // /v1 endpoints, the OpenAI API and OpenRouter do, quirks included, with
-// deterministic text and token counts. It also imitates two web-search
+// deterministic text and token counts (and vLLM's and SGLang's /tokenize,
+// with the same tokenizer as their KV-cache events). It also imitates two web-search
 // providers and Stripe (API, hosted Checkout page, signed webhooks).
 // tollgate's tests, demo and benchmarks run against it; docs/simulator.md
 // lists every quirk and its source.

@@ -102,10 +102,7 @@ func (s *Server) CacheStats() CacheStats {
 // prompt as a template renders it: the tools, then the messages.
 func blockHashes(req *chatRequest) []uint64 {
 	h := maphash.String(cacheSeed, req.model)
-	prompt := req.messagesRaw
-	if len(req.toolsRaw) > 0 {
-		prompt = append(append(make([]byte, 0, len(req.toolsRaw)+len(prompt)), req.toolsRaw...), prompt...)
-	}
+	prompt := req.prompt()
 	out := make([]uint64, 0, len(prompt)/cacheBlockBytes)
 	var prev [8]byte
 	for len(prompt) >= cacheBlockBytes {
@@ -121,6 +118,15 @@ func blockHashes(req *chatRequest) []uint64 {
 		prompt = prompt[cacheBlockBytes:]
 	}
 	return out
+}
+
+// prompt is the request's prompt as the simulated template renders it: the
+// tools array, then the messages array, as sent.
+func (r *chatRequest) prompt() []byte {
+	if len(r.toolsRaw) == 0 {
+		return r.messagesRaw
+	}
+	return append(append(make([]byte, 0, len(r.toolsRaw)+len(r.messagesRaw)), r.toolsRaw...), r.messagesRaw...)
 }
 
 // lookupAndInsert returns how many tokens of the prompt the cache holds

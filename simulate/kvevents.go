@@ -1,7 +1,6 @@
 package simulate
 
 import (
-	"encoding/binary"
 	"errors"
 	"strings"
 
@@ -11,7 +10,8 @@ import (
 // PublishKVEvents makes the server's prefix cache publish its changes as
 // vLLM does when started with --kv-events-config (publisher zmq): a
 // BlockStored for the blocks a prompt added (token ids: the prompt's
-// bytes 4 at a time, little-endian, the simulator's tokenizer), a
+// bytes 4 at a time, little-endian, the simulator's tokenizer, as its
+// /tokenize answers them), a
 // BlockRemoved for the blocks it evicted, AllBlocksCleared when ClearCache
 // empties it; numbered batches on a PUB socket at endpoint, and a ROUTER
 // socket at replay ("" : none) that replays the last 10,000. Addresses are
@@ -54,6 +54,7 @@ func (s *Server) ClearCache() {
 // before it, then the evicted blocks.
 func (g *gpu) publish(req *chatRequest, hashes []uint64, stored []bool, removed []uint64) {
 	var events []kvevents.Event
+	var prompt []byte
 	for i := 0; i < len(hashes); {
 		if !stored[i] {
 			i++
@@ -63,8 +64,11 @@ func (g *gpu) publish(req *chatRequest, hashes []uint64, stored []bool, removed 
 		for j < len(hashes) && stored[j] {
 			j++
 		}
+		if prompt == nil {
+			prompt = req.prompt()
+		}
 		e := kvevents.Event{Kind: kvevents.BlockStored, Hashes: hashes[i:j], BlockSize: CacheBlockTokens,
-			Tokens: promptTokenIDs(req, i*cacheBlockBytes, j*cacheBlockBytes)}
+			Tokens: bytesTokenIDs(prompt[i*cacheBlockBytes : j*cacheBlockBytes])}
 		if i > 0 {
 			e.Parent, e.HasParent = hashes[i-1], true
 		}
@@ -86,20 +90,4 @@ func (g *gpu) publish(req *chatRequest, hashes []uint64, stored []bool, removed 
 	if len(events) > 0 {
 		g.events.Send(events...)
 	}
-}
-
-// promptTokenIDs are the token ids of bytes [from, to) of the prompt as
-// the cache reads it (the tools, then the messages): 4 bytes a token.
-func promptTokenIDs(req *chatRequest, from, to int) []uint32 {
-	out := make([]uint32, 0, (to-from)/4)
-	at := func(i int) byte {
-		if i < len(req.toolsRaw) {
-			return req.toolsRaw[i]
-		}
-		return req.messagesRaw[i-len(req.toolsRaw)]
-	}
-	for i := from; i+4 <= to; i += 4 {
-		out = append(out, binary.LittleEndian.Uint32([]byte{at(i), at(i + 1), at(i + 2), at(i + 3)}))
-	}
-	return out
 }

@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +11,8 @@ import (
 )
 
 // The simulator's events, read by kvevents' subscriber, say what its cache
-// holds in the keys tollgate computes from a request: stored prompts
+// holds in the keys tollgate computes from a request's token ids (its
+// /tokenize): stored prompts
 // match, evicted ones stop matching, ClearCache empties it.
 func TestGPUPublishesKVEvents(t *testing.T) {
 	s, ts := newTS(t, Config{GPU: GPU{PrefixCacheTokens: 800}}) // 50 blocks
@@ -21,8 +23,23 @@ func TestGPUPublishesKVEvents(t *testing.T) {
 	defer pub.Close()
 	sub := kvevents.Subscribe(kvevents.Options{Endpoint: pub.PubAddr(), Replay: pub.ReplayAddr(), Stale: time.Hour})
 	defer sub.Close()
+	// A prompt is keyed as tollgate keys it: its token ids from the
+	// server's /tokenize, in the events' block size.
+	tok, err := kvevents.NewTokenizer(kvevents.TokenizerOptions{URL: ts.URL + "/tokenize", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	held := func(msgs string) int {
-		b, _ := sub.Match(kvevents.PromptKeys(nil, nil, []byte(msgs)), time.Now().UnixNano())
+		ids, err := tok.Tokenize(context.Background(), "m", func(f string) []byte {
+			if f == "messages" {
+				return []byte(msgs)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := sub.Match(kvevents.Keys(nil, ids, sub.BlockSize()), time.Now().UnixNano())
 		return b
 	}
 	waitHeld := func(msgs string, want func(int) bool, what string) {

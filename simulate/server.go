@@ -194,6 +194,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.chat(w, r)
 		return
 	}
+	if s.tokenizePath(path) {
+		s.tokenize(w, r)
+		return
+	}
 	s.record(r, nil, false)
 	switch {
 	case path == "/v1/models" && r.Method == http.MethodGet:
@@ -362,32 +366,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	beh = ov.apply(beh)
 
 	// Faults that happen before the request is even read.
-	switch beh.Fault {
-	case FaultRefuse:
-		done = true
-		abort(w)
-		return
-	case FaultHang:
-		<-r.Context().Done()
-		return
-	case Fault500:
-		s.writeError(w, &apiError{kind: errInternal})
-		done = true
-		return
-	case Fault503:
-		s.writeError(w, &apiError{kind: errOverload})
-		done = true
+	if answered, completed := s.earlyFault(w, r, beh.Fault); answered {
+		done = completed
 		return
 	}
 
 	req, perr := parseChat(body)
 	if perr != nil {
-		var fe *fieldError
-		if errors.As(perr, &fe) {
-			s.writeError(w, &apiError{kind: errInvalid, message: fe.msg, param: fe.param})
-		} else {
-			s.writeError(w, &apiError{kind: errMalformed, message: malformedDetail(s.flavour, body, perr)})
-		}
+		s.parseError(w, body, perr)
 		done = true
 		return
 	}
@@ -400,21 +386,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if mov.set {
 		beh = mov.apply(beh)
-		switch beh.Fault {
-		case FaultRefuse:
-			done = true
-			abort(w)
-			return
-		case FaultHang:
-			<-r.Context().Done()
-			return
-		case Fault500:
-			s.writeError(w, &apiError{kind: errInternal})
-			done = true
-			return
-		case Fault503:
-			s.writeError(w, &apiError{kind: errOverload})
-			done = true
+		if answered, completed := s.earlyFault(w, r, beh.Fault); answered {
+			done = completed
 			return
 		}
 	}
@@ -443,6 +416,37 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	done = s.complete(w, r, p, beh)
+}
+
+// earlyFault answers the faults that need nothing of the request (refuse,
+// hang, 500, 503); answered is false for the others, completed false for a
+// hang (the client gave up).
+func (s *Server) earlyFault(w http.ResponseWriter, r *http.Request, f Fault) (answered, completed bool) {
+	switch f {
+	case FaultRefuse:
+		abort(w)
+	case FaultHang:
+		<-r.Context().Done()
+		return true, false
+	case Fault500:
+		s.writeError(w, &apiError{kind: errInternal})
+	case Fault503:
+		s.writeError(w, &apiError{kind: errOverload})
+	default:
+		return false, false
+	}
+	return true, true
+}
+
+// parseError answers a body parseChat refused: a field of the wrong type
+// or a body that is not JSON.
+func (s *Server) parseError(w http.ResponseWriter, body []byte, err error) {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		s.writeError(w, &apiError{kind: errInvalid, message: fe.msg, param: fe.param})
+	} else {
+		s.writeError(w, &apiError{kind: errMalformed, message: malformedDetail(s.flavour, body, err)})
+	}
 }
 
 // validate applies the flavour's checks, in the order the real server does.

@@ -112,7 +112,9 @@ func (db *DB) ApplyBillingCommitted(ctx context.Context, ops []*tollgate.Billing
 		durable, err = db.applyBilling(ctx, ops, false)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: billing batch of %d: %w", len(ops), err)
+		// A failed transaction is rolled back whole, its commit
+		// included: the file is local, no answer can be lost.
+		return nil, fmt.Errorf("sqlite: billing batch of %d %w: %w", len(ops), tollgate.ErrNotApplied, err)
 	}
 	return durable, nil
 }
@@ -419,13 +421,22 @@ func (b *txStmts) execQ(q string, args ...any) (int64, error) {
 }
 
 // giveBack returns op.Return of reservation op.Reservation to the free
-// balance, and deletes the row when nothing is left in it. A reservation
-// that is gone (swept) is Gone and changes nothing.
+// balance, and deletes the row when nothing is left in it; with
+// op.ReturnAll, whatever the row holds, and deletes it. A reservation that
+// is gone (swept, or for ReturnAll never created) is Gone and changes
+// nothing. op.Returned is what left the row.
 func (b *txStmts) giveBack(op *tollgate.BillingOp) error {
-	op.Gone = false
+	op.Gone, op.Returned = false, 0
 	var acct, key string
-	err := b.tx.QueryRowContext(b.c(), `UPDATE holds SET amount = amount - ? WHERE id = ? AND request_id = '' RETURNING account_id, key_id`,
-		int64(op.Return), op.Reservation).Scan(&acct, &key)
+	amount := int64(op.Return)
+	var err error
+	if op.ReturnAll {
+		err = b.tx.QueryRowContext(b.c(), `DELETE FROM holds WHERE id = ? AND request_id = '' RETURNING account_id, key_id, amount`,
+			op.Reservation).Scan(&acct, &key, &amount)
+	} else {
+		err = b.tx.QueryRowContext(b.c(), `UPDATE holds SET amount = amount - ? WHERE id = ? AND request_id = '' RETURNING account_id, key_id`,
+			amount, op.Reservation).Scan(&acct, &key)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		op.Gone = true
 		return nil
@@ -433,11 +444,15 @@ func (b *txStmts) giveBack(op *tollgate.BillingOp) error {
 	if err != nil {
 		return err
 	}
-	if _, err := b.exec(b.s.relAccount, int64(op.Return), acct); err != nil {
+	if _, err := b.exec(b.s.relAccount, amount, acct); err != nil {
 		return err
 	}
-	if _, err := b.exec(b.s.relKey, int64(op.Return), key); err != nil {
+	if _, err := b.exec(b.s.relKey, amount, key); err != nil {
 		return err
+	}
+	op.Returned = tollgate.Amount(amount)
+	if op.ReturnAll {
+		return nil
 	}
 	_, err = b.execQ(`DELETE FROM holds WHERE id = ? AND request_id = '' AND amount = 0`, op.Reservation)
 	return err

@@ -184,8 +184,8 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 		fmt.Fprintf(c.stdout, "%s, %s, %d instance(s): %d routed by prefix: %d hits, %d fallbacks to load, %d misses; the index matched %.1f%% of blocks; indexes %d blocks, %d KB\n",
 			r.mix, r.policy, r.instances, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
 		if p.EventNodes > 0 {
-			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; %d batches (%d replayed after a gap, %d gaps lost, %d restarts); their indexes %d blocks, %d KB (the nodes hold %d blocks, once per instance: %d)\n",
-				p.EventsLive, p.EventNodes, p.EventBatches, p.EventReplayed, p.EventLost, p.EventRestarts, p.EventBlocks, p.EventBytes/1024, r.nodeBlocks, r.nodeBlocks*int64(r.instances))
+			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; %d batches (%d replayed after a gap, %d gaps lost, %d restarts); their indexes %d blocks, %d KB (the nodes hold %d blocks, once per instance: %d); %d prompts tokenized by the nodes' /tokenize, %d calls failed\n",
+				p.EventsLive, p.EventNodes, p.EventBatches, p.EventReplayed, p.EventLost, p.EventRestarts, p.EventBlocks, p.EventBytes/1024, r.nodeBlocks, r.nodeBlocks*int64(r.instances), p.Tokenized, p.TokenizeFailed)
 		}
 		if r.loadPolled > 0 {
 			fmt.Fprintf(c.stdout, "  load: %d of %d polled nodes reporting at the end, %d polls without a report\n", r.loadLive, r.loadPolled, r.loadFailures)
@@ -528,6 +528,8 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int)
 		res.prefix.EventReplayed += p.EventReplayed
 		res.prefix.EventLost += p.EventLost
 		res.prefix.EventRestarts += p.EventRestarts
+		res.prefix.Tokenized += p.Tokenized
+		res.prefix.TokenizeFailed += p.TokenizeFailed
 		for _, n := range m.Relay.NodeStats() {
 			if n.Polled {
 				res.loadPolled++

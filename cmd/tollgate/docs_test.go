@@ -79,7 +79,7 @@ func docSpans(t *testing.T) ([]docSpan, map[string]string) {
 
 // externalFlags are other programs' flags the docs name on their own (vLLM,
 // SGLang, llama.cpp, Ollama).
-var externalFlags = []string{"api-key", "max-num-seqs", "parallel", "no-webui", "jinja", "no-jinja", "mmproj",
+var externalFlags = []string{"api-key", "block-size", "page-size", "max-num-seqs", "parallel", "no-webui", "jinja", "no-jinja", "mmproj",
 	"reasoning-parser", "enable-force-include-usage", "enable-cache-report", "tool-call-parser", "enable-auto-tool-choice",
 	"kv-events-config", "enable-metrics"}
 

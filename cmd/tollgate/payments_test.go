@@ -19,7 +19,12 @@ const testWebhookSecret = "whsec_e2e"
 // with public and admin listeners.
 func paymentsHarness(t *testing.T) *harness {
 	t.Helper()
-	mock := stripetest.URL(t)
+	return paymentsHarnessAt(t, stripetest.URL(t))
+}
+
+// paymentsHarnessAt is paymentsHarness with its Stripe API at mock.
+func paymentsHarnessAt(t *testing.T, mock string) *harness {
+	t.Helper()
 	t.Setenv("TG_TEST_ADMIN_TOKEN", "s3cret")
 	t.Setenv("TG_TEST_STRIPE_KEY", "sk_test_e2e")
 	t.Setenv("TG_TEST_STRIPE_WHSEC", testWebhookSecret)

@@ -18,8 +18,9 @@ import (
 //
 // The console's pages, the operator's and the admin API's endpoints are
 // declared here one by one, each through the middleware of its package
-// (console.Console.Page and SignedIn, console.Operator.Page and SignedIn,
-// admin.API.Authorized). Each of the three also owns a subtree, whose
+// (console.Console.Page, SignedIn and SignedInHeld — the pages an account
+// that payments disabled may use to pay what it owes —, console.Operator.Page
+// and SignedIn, admin.API.Authorized). Each of the three also owns a subtree, whose
 // pattern catches what none of its routes serves, a served path asked with
 // another method included: the console answers it with its HTML page, the
 // admin API with its 404 after the token check.
@@ -50,14 +51,14 @@ func apiRoutes(s *server.Server, con *console.Console, pay *payments.Service) *s
 	m.Handle("GET /console/keys", con.SignedIn(con.Keys))
 	m.Handle("POST /console/keys", con.SignedIn(con.CreateKey))
 	m.Handle("POST /console/keys/{id}/revoke", con.SignedIn(con.RevokeKey))
-	m.Handle("GET /console/activity", con.SignedIn(con.Activity))
-	m.Handle("GET /console/activity.csv", con.SignedIn(con.ActivityCSV))
+	m.Handle("GET /console/activity", con.SignedInHeld(con.Activity))
+	m.Handle("GET /console/activity.csv", con.SignedInHeld(con.ActivityCSV))
 	m.Handle("GET /console/playground", con.SignedIn(con.Playground))
 	m.Handle("POST /console/playground/key", con.SignedIn(con.PlaygroundKey))
 	if pay != nil {
-		m.Handle("GET /console/payments", con.SignedIn(con.Payments))
-		m.Handle("POST /console/payments", con.SignedIn(con.Checkout))
-		m.Handle("GET /console/payments.csv", con.SignedIn(con.PaymentsCSV))
+		m.Handle("GET /console/payments", con.SignedInHeld(con.Payments))
+		m.Handle("POST /console/payments", con.SignedInHeld(con.Checkout))
+		m.Handle("GET /console/payments.csv", con.SignedInHeld(con.PaymentsCSV))
 		m.Handle("POST /console/payments/auto-topup", con.SignedIn(con.SetAutoTopUp))
 	}
 	return m

@@ -44,3 +44,14 @@ func Context(t testing.TB, path string, opts ...chromedp.ExecAllocatorOption) co
 	})
 	return ctx
 }
+
+// True evaluates the JavaScript expression js on the page of ctx (from
+// Context) and reports whether it is true; an error fails the test.
+func True(t testing.TB, ctx context.Context, js string) bool {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}

@@ -700,6 +700,20 @@ func Owed(tx Tx) ([]tollgate.Owed, error) {
 	return out, rows.Err()
 }
 
+// Hold reads what keeps an account disabled by payments.
+func Hold(tx Tx, accountID string) (tollgate.PaymentHold, error) {
+	var h tollgate.PaymentHold
+	var owed int64
+	err := tx.QueryRow(`SELECT a.payment_hold, a.owed,
+		(SELECT count(*) FROM payments p WHERE p.account_id = a.id AND p.dispute_status IN ('open', 'lost'))
+		FROM accounts a WHERE a.id = ?`, accountID).Scan(&h.Held, &owed, &h.Disputes)
+	if errors.Is(err, ErrNoRows) {
+		return h, fmt.Errorf("account %s: %w", accountID, tollgate.ErrNotFound)
+	}
+	h.Owed = tollgate.Amount(owed)
+	return h, err
+}
+
 // AuditColumns are the payment sums the audit reads for each account `a`
 // of the accounts table, in the order of AuditDest: owed, the net of the
 // payment kinds, what those rows say is owed, the payment credits in the
@@ -797,6 +811,11 @@ func (s Store) PaymentEvents(ctx context.Context, problemsOnly bool, limit int) 
 // OwedAmounts lists the accounts that owe something.
 func (s Store) OwedAmounts(ctx context.Context) ([]tollgate.Owed, error) {
 	return Owed(s.Read(ctx))
+}
+
+// PaymentHold reads what keeps an account disabled by payments.
+func (s Store) PaymentHold(ctx context.Context, accountID string) (tollgate.PaymentHold, error) {
+	return Hold(s.Read(ctx), accountID)
 }
 
 // IsDomain reports an error a caller branches on (a *tollgate.Error or

@@ -41,6 +41,7 @@ func runBilling(t *testing.T, open func(t *testing.T) Store) {
 		{"CreditDebit", testBillingCreditDebit},
 		{"ConcurrentHolds", testBillingConcurrentHolds},
 		{"Reservation", testBillingReservation},
+		{"ReservationReturnAll", testBillingReservationReturnAll},
 		{"LedgerFilters", testBillingLedgerFilters},
 		{"SearchFees", testBillingSearchFees},
 		{"AuditRuns", testAuditRuns},
@@ -540,6 +541,8 @@ func testBillingReservation(t *testing.T, s BillingStore) {
 	dup.Charge.RequestID = c1.Charge.RequestID
 	if err := s.ApplyBilling(ctx(t), []*tollgate.BillingOp{c3, dup}); err == nil {
 		t.Error("a batch with a duplicate request id was applied")
+	} else if !errors.Is(err, tollgate.ErrNotApplied) {
+		t.Errorf("a batch the store refused: %v, want it marked not applied", err)
 	}
 	wantBalance(t, s, a.ID, usd("9.25"), usd("2.75"))
 	if _, err := s.LedgerEntry(ctx(t), c3.Charge.RequestID); !errors.Is(err, tollgate.ErrNotFound) {
@@ -592,6 +595,97 @@ func testBillingReservation(t *testing.T, s BillingStore) {
 	if op.Outcome != tollgate.HoldDirect {
 		t.Errorf("reserve for a key with a rate limit: outcome %d, want HoldDirect", op.Outcome)
 	}
+	auditClean(t, s, now)
+}
+
+// A return of all (OpReturn with ReturnAll) gives back what the row holds,
+// whatever Return says, and deletes it: a row holding more than its
+// instance counts (a top-up whose answer was lost) and one holding less (a
+// return whose answer was lost) alike. Of a row that does not exist it is a
+// no-op reported Gone. Beside another account's operations in one batch.
+func testBillingReservationReturnAll(t *testing.T, s BillingStore) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a, k := fundedKey(t, s, usd("10"), nil)
+	b, kb := fundedKey(t, s, usd("10"), nil)
+	reserve := func(acct tollgate.Account, key tollgate.Key, id string, want tollgate.Amount, create bool) *tollgate.BillingOp {
+		return &tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: id, Need: usd("0.1"), Fraction: 4, Create: create,
+			Hold: tollgate.Hold{ID: id, AccountID: acct.ID, KeyID: key.ID, Owner: "inst_all", Created: now, Expires: now.Add(time.Minute), Amount: want}}
+	}
+	returnOp := func(acct tollgate.Account, key tollgate.Key, id string, amount tollgate.Amount, all bool) *tollgate.BillingOp {
+		return &tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: id, Return: amount, ReturnAll: all,
+			Hold: tollgate.Hold{AccountID: acct.ID, KeyID: key.ID}}
+	}
+	// The row holds 1.5 (two top-ups); its instance counts 1 (the second
+	// top-up's answer was lost), and a charge took 0.25 of it.
+	rsv := tollgate.NewID("rsv_")
+	apply(t, s, reserve(a, k, rsv, usd("1"), true))
+	apply(t, s, reserve(a, k, rsv, usd("0.5"), false))
+	c := settleOp(holdOp(a, k, 0, now), usd("0.25"), now)
+	c.Kind, c.Reservation, c.Covered = tollgate.OpCharge, rsv, usd("0.25")
+	apply(t, s, c)
+	wantBalance(t, s, a.ID, usd("9.75"), usd("1.25"))
+	// Another account's reservation is topped up in the same batch.
+	rsvB := tollgate.NewID("rsv_")
+	other := reserve(b, kb, rsvB, usd("2"), true)
+	all := returnOp(a, k, rsv, usd("0.75"), true)
+	apply(t, s, other, all)
+	if all.Gone || all.Returned != usd("1.25") {
+		t.Errorf("return all of a row holding 1.25: gone %v returned %s", all.Gone, all.Returned)
+	}
+	if other.Outcome != tollgate.HoldOK || other.Granted != usd("2") {
+		t.Errorf("top-up beside it: outcome %d granted %s", other.Outcome, other.Granted)
+	}
+	wantBalance(t, s, a.ID, usd("9.75"), 0)
+	wantBalance(t, s, b.ID, usd("10"), usd("2"))
+	if hs, _ := s.Holds(ctx(t), a.ID); len(hs) != 0 {
+		t.Errorf("the row is left after a return of all: %+v", hs)
+	}
+
+	// Of a row that is gone: nothing changes, reported Gone.
+	again := returnOp(a, k, rsv, usd("1"), true)
+	apply(t, s, again)
+	if !again.Gone || again.Returned != 0 {
+		t.Errorf("return all of a gone row: gone %v returned %s", again.Gone, again.Returned)
+	}
+	never := returnOp(a, k, tollgate.NewID("rsv_"), 0, true)
+	apply(t, s, never)
+	if !never.Gone || never.Returned != 0 {
+		t.Errorf("return all of a row never created: gone %v returned %s", never.Gone, never.Returned)
+	}
+	wantBalance(t, s, a.ID, usd("9.75"), 0)
+
+	// The row holds less than its instance counts (a return of 0.5 whose
+	// answer was lost): all of it is what goes back, 1.5, not the 2 counted.
+	part := returnOp(b, kb, rsvB, usd("0.5"), false)
+	apply(t, s, part)
+	if part.Gone || part.Returned != usd("0.5") {
+		t.Errorf("a partial return: gone %v returned %s", part.Gone, part.Returned)
+	}
+	wantBalance(t, s, b.ID, usd("10"), usd("1.5"))
+	all = returnOp(b, kb, rsvB, usd("2"), true)
+	apply(t, s, all)
+	if all.Gone || all.Returned != usd("1.5") {
+		t.Errorf("return all of a row holding 1.5: gone %v returned %s", all.Gone, all.Returned)
+	}
+	wantBalance(t, s, b.ID, usd("10"), 0)
+	if hs, _ := s.Holds(ctx(t), b.ID); len(hs) != 0 {
+		t.Errorf("the row is left after a return of all: %+v", hs)
+	}
+	// An emptied row (a charge took all of it) is returned, 0, and deleted.
+	rsvC := tollgate.NewID("rsv_")
+	apply(t, s, reserve(b, kb, rsvC, usd("0.5"), true))
+	c = settleOp(holdOp(b, kb, 0, now), usd("0.5"), now)
+	c.Kind, c.Reservation, c.Covered = tollgate.OpCharge, rsvC, usd("0.5")
+	apply(t, s, c)
+	empty := returnOp(b, kb, rsvC, 0, true)
+	apply(t, s, empty)
+	if empty.Gone || empty.Returned != 0 {
+		t.Errorf("return all of an emptied row: gone %v returned %s", empty.Gone, empty.Returned)
+	}
+	if hs, _ := s.Holds(ctx(t), b.ID); len(hs) != 0 {
+		t.Errorf("an emptied row is left after a return of all: %+v", hs)
+	}
+	wantBalance(t, s, b.ID, usd("9.5"), 0)
 	auditClean(t, s, now)
 }
 

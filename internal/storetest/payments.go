@@ -23,6 +23,7 @@ func runPayments(t *testing.T, open func(t *testing.T) Store) {
 		{"Refunds", testPaymentRefunds},
 		{"RefundBeyondBalance", testPaymentRefundOwed},
 		{"RefundBeforeCredit", testPaymentRefundBeforeCredit},
+		{"Hold", testPaymentHold},
 		{"DisputeWon", testPaymentDisputeWon},
 		{"DisputeLost", testPaymentDisputeLost},
 		{"Events", testPaymentEvents},
@@ -301,6 +302,62 @@ func testPaymentRefundOwed(t *testing.T, s Store) {
 	if owed, _ := s.OwedAmounts(ctx(t)); len(owed) != 0 {
 		t.Fatalf("still owed: %+v", owed)
 	}
+	auditClean(t, s, time.Now())
+}
+
+func wantHold(t *testing.T, s Store, id string, want tollgate.PaymentHold) {
+	t.Helper()
+	if h, err := s.PaymentHold(ctx(t), id); err != nil || h != want {
+		t.Fatalf("PaymentHold(%s) = %+v, %v; want %+v", id, h, err, want)
+	}
+}
+
+// testPaymentHold: the hold reads whether payments disabled the account,
+// what it owes and its disputes open or lost; the operator's decision
+// replaces it; the next payment settles it.
+func testPaymentHold(t *testing.T, s Store) {
+	a, p := pendingPayment(t, s, 0, tollgate.Dollars(10), 0)
+	wantHold(t, s, a.ID, tollgate.PaymentHold{})
+	credit(t, s, creditOf(p, "pi_h"), tollgate.OutcomeCredited)
+	if err := s.PostEntry(ctx(t), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerDebit, AccountID: a.ID,
+		Amount: tollgate.MustParseAmount("6.5"), Time: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DisputePayment(ctx(t), "pi_h", "dp_h", 1000, t0); err != nil {
+		t.Fatal(err)
+	}
+	wantHold(t, s, a.ID, tollgate.PaymentHold{Held: true, Owed: tollgate.MustParseAmount("6.5"), Disputes: 1})
+	// The operator disables it: no longer a hold of payments'.
+	if err := s.SetAccountDisabled(ctx(t), a.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	wantHold(t, s, a.ID, tollgate.PaymentHold{Owed: tollgate.MustParseAmount("6.5"), Disputes: 1})
+	if _, err := s.PaymentHold(ctx(t), "acct_none"); !errors.Is(err, tollgate.ErrNotFound) {
+		t.Fatalf("PaymentHold of no account: %v", err)
+	}
+
+	// A refund beyond the balance holds an account; its next payment
+	// settles what it owes and ends the hold.
+	b, q := pendingPayment(t, s, 0, tollgate.Dollars(10), 0)
+	credit(t, s, creditOf(q, "pi_h2"), tollgate.OutcomeCredited)
+	if err := s.PostEntry(ctx(t), &tollgate.LedgerEntry{ID: tollgate.NewID("le_"), Kind: tollgate.LedgerDebit, AccountID: b.ID,
+		Amount: tollgate.Dollars(9), Time: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RefundPayment(ctx(t), "pi_h2", "", 1000, t0); err != nil {
+		t.Fatal(err)
+	}
+	wantHold(t, s, b.ID, tollgate.PaymentHold{Held: true, Owed: tollgate.Dollars(9)})
+	q2 := tollgate.Payment{ID: tollgate.NewID("pay_"), AccountID: b.ID, Provider: "stripe", Kind: tollgate.PaymentCheckout,
+		CheckoutSession: tollgate.NewID("cs_test_"), Credit: tollgate.Dollars(9), AmountCents: 900, Currency: "usd", Created: t0}
+	if err := s.CreatePayment(ctx(t), q2); err != nil {
+		t.Fatal(err)
+	}
+	if r := credit(t, s, creditOf(q2, "pi_h3"), tollgate.OutcomeCredited); !r.Enabled || r.Owed != 0 {
+		t.Fatalf("the payment of what is owed: %+v", r)
+	}
+	wantHold(t, s, b.ID, tollgate.PaymentHold{})
+	wantDisabled(t, s, b.ID, false)
 	auditClean(t, s, time.Now())
 }
 

@@ -1,0 +1,105 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/sqlite"
+)
+
+// TestRetryAloneAppliesNoReturnTwice: a batch committed whose answer was
+// lost is retried op by op. A reservation's return is not applied again
+// (it would take twice from its row) but fails with the batch; a top-up is
+// applied again and marked alone (its reservation counts it as uncertain);
+// a release, idempotent, succeeds.
+func TestRetryAloneAppliesNoReturnTwice(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	a := tollgate.Account{ID: tollgate.NewID("acct_"), Name: "r", Balance: tollgate.Dollars(10), Created: time.Now()}
+	k := tollgate.Key{ID: tollgate.NewID("key_"), AccountID: a.ID, Prefix: "sk-tg-rrrr", Created: time.Now()}
+	if err := db.CreateAccount(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateKey(ctx, k, tollgate.HashKey(tollgate.NewKeySecret())); err != nil {
+		t.Fatal(err)
+	}
+	b := New(db, Options{})
+	defer b.Close()
+	usd := tollgate.MustParseAmount
+	now := time.Now()
+	reserve := func(id string, amount tollgate.Amount, create bool) tollgate.BillingOp {
+		return tollgate.BillingOp{Kind: tollgate.OpReserve, Reservation: id, Need: amount, Fraction: 1, Create: create,
+			Hold: tollgate.Hold{ID: id, AccountID: a.ID, KeyID: k.ID, Owner: "inst_r", Created: now, Expires: now.Add(time.Hour), Amount: amount}}
+	}
+	rsv, rsv2 := tollgate.NewID("rsv_"), tollgate.NewID("rsv_")
+	for _, op := range []tollgate.BillingOp{reserve(rsv, usd("1"), true), reserve(rsv2, usd("1"), true)} {
+		if err := db.ApplyBilling(ctx, []*tollgate.BillingOp{&op}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := []*pending{
+		{op: tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: rsv, Return: usd("0.4"), Hold: tollgate.Hold{AccountID: a.ID, KeyID: k.ID}}},
+		{op: reserve(rsv2, usd("0.5"), false)},
+		{op: tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: "hold_none"}},
+	}
+	ops := make([]*tollgate.BillingOp, len(batch))
+	for i, p := range batch {
+		p.done = make(chan struct{})
+		ops[i] = &p.op
+	}
+	if err := db.ApplyBilling(ctx, ops); err != nil { // committed; its answer is lost
+		t.Fatal(err)
+	}
+	lost := errors.New("connection lost during COMMIT")
+	b.retryAlone(ctx, batch, ops, lost)
+	for _, p := range batch {
+		<-p.done
+		if !p.alone {
+			t.Errorf("op %d: not marked alone", p.op.Kind)
+		}
+	}
+	if !errors.Is(batch[0].err, lost) {
+		t.Errorf("the return: %v, want the batch's error", batch[0].err)
+	}
+	if batch[1].err != nil || batch[2].err != nil {
+		t.Errorf("the top-up and the release retried alone: %v, %v", batch[1].err, batch[2].err)
+	}
+	hs, err := db.Holds(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]tollgate.Amount{}
+	for _, h := range hs {
+		got[h.ID] = h.Amount
+	}
+	// The return taken once; the top-up twice (the batch's and the retry's).
+	if got[rsv] != usd("0.6") || got[rsv2] != usd("2") {
+		t.Errorf("rows %v: want %s 0.6 and %s 2", got, rsv, rsv2)
+	}
+	if bal, _ := db.Balance(ctx, a.ID); bal.Held != usd("2.6") {
+		t.Errorf("held %s, want 2.6", bal.Held)
+	}
+
+	// A batch the store says it did not apply: the return is retried too.
+	p := &pending{op: tollgate.BillingOp{Kind: tollgate.OpReturn, Reservation: rsv, Return: usd("0.4"),
+		Hold: tollgate.Hold{AccountID: a.ID, KeyID: k.ID}}, done: make(chan struct{})}
+	other := &pending{op: tollgate.BillingOp{Kind: tollgate.OpRelease, HoldID: "hold_none"}, done: make(chan struct{})}
+	b.retryAlone(ctx, []*pending{p, other}, []*tollgate.BillingOp{&p.op, &other.op}, fmt.Errorf("refused %w", tollgate.ErrNotApplied))
+	<-p.done
+	<-other.done
+	if p.err != nil || p.alone || p.op.Returned != usd("0.4") {
+		t.Errorf("a return whose batch was not applied, retried: %v, alone %v, returned %s", p.err, p.alone, p.op.Returned)
+	}
+	if bal, _ := db.Balance(ctx, a.ID); bal.Held != usd("2.2") {
+		t.Errorf("held %s, want 2.2", bal.Held)
+	}
+}
