@@ -65,8 +65,7 @@ func New(st Store, o Options) *API {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &API{st: st, opts: o, token: sha256.Sum256([]byte(o.Token))}
-	return a
+	return &API{st: st, opts: o, token: sha256.Sum256([]byte(o.Token))}
 }
 
 // Authorized serves h to a request with the admin token (401 unauthorized
