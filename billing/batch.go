@@ -323,8 +323,9 @@ func (b *Biller) apply(batch []*pending) (write time.Duration) {
 		write = time.Since(start)
 		b.storeAnswered(err)
 	}
-	// On an error nothing of the batch was applied; no commit is coming
-	// for the acker to wait for.
+	// On an error no commit is coming for the acker to wait for (a
+	// Committer's failed batch was rolled back; another store's may have
+	// been committed with its answer lost: retryAlone).
 	b.committing.Store(false)
 	if err != nil && len(batch) > 1 {
 		b.retryAlone(ctx, batch, ops, err)

@@ -26,7 +26,9 @@ import (
 // Store is what billing needs from the database (sqlite.DB, postgres.DB).
 type Store interface {
 	// ApplyBilling applies ops in order in one transaction, filling in
-	// their results; an error means none was applied.
+	// their results. An error wrapping tollgate.ErrNotApplied means none
+	// was applied; any other may hide a batch committed with its answer
+	// lost.
 	ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error
 	// RenewHolds extends to expires the lease of owner's holds created
 	// after createdAfter, except those marked ended (EndHolds).

@@ -50,7 +50,7 @@ func (s *lossyStore) SweepHolds(ctx context.Context, now, endedBefore time.Time,
 }
 
 // lossySetup is a biller with reservations over a lossyStore, and an
-// account of 100 USD with its key.
+// account of 10 USD with its key.
 func lossySetup(t *testing.T) (*sqlite.DB, *lossyStore, *billing.Biller, tollgate.Account, tollgate.Key) {
 	t.Helper()
 	db, a, k := storeWithAccount(t)

@@ -40,7 +40,8 @@ func opAccount(op *tollgate.BillingOp) string {
 // Ops are sent in account order (stable, so one account's ops keep theirs):
 // every transaction locks account rows in ascending order, so concurrent
 // batches of several instances cannot deadlock on each other. A deadlock with
-// anything else is retried. An error means nothing of the batch was applied.
+// anything else is retried. An error wraps tollgate.ErrNotApplied unless
+// it is a COMMIT's that got no answer (the batch may have been committed).
 func (db *DB) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	sorted := slices.Clone(ops)
 	slices.SortStableFunc(sorted, func(a, b *tollgate.BillingOp) int { return strings.Compare(opAccount(a), opAccount(b)) })
