@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/tollgate/tollgate/nodeload"
 	"github.com/tollgate/tollgate/openai"
@@ -19,10 +18,6 @@ import (
 // nodeload reads (vLLM and SGLang; SGLang with --enable-metrics).
 func pollsLoad(f openai.Flavour) bool { return f == openai.VLLM || f == openai.SGLang }
 
-// metricsURL is the node's Prometheus endpoint: /metrics at the server's
-// root (the base URL without /v1).
-func metricsURL(base string) string { return strings.TrimSuffix(base, "/v1") + "/metrics" }
-
 // startPolls starts polling the load of the catalogue's nodes that want it
 // and have no poller yet (before the catalogue is in force: requests read
 // the poller without a lock).
@@ -34,7 +29,8 @@ func (r *Relay) startPolls(c *Catalog) {
 		if _, polled := n.LoadStats(); polled || n.LoadPoll() <= 0 {
 			continue
 		}
-		pool, err := upstream.NewPool(metricsURL(n.BaseURL), r.dialer)
+		url := serverRoot(n.BaseURL) + "/metrics" // the node's Prometheus endpoint
+		pool, err := upstream.NewPool(url, r.dialer)
 		if err != nil {
 			continue
 		}
@@ -57,7 +53,7 @@ func (r *Relay) startPolls(c *Catalog) {
 					return nil, err
 				}
 				if resp.StatusCode/100 != 2 {
-					return nil, fmt.Errorf("GET %s: status %d", metricsURL(n.BaseURL), resp.StatusCode)
+					return nil, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 				}
 				return body, nil
 			},
