@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ func (r *Relay) startPolls(c *Catalog) {
 		if n.Key != "" {
 			head.Authorization = n.authorization()[0]
 		}
+		var body bytes.Buffer // one node's polls come one at a time: reused
 		n.StartLoadPoll(nodeload.Options{
 			Log: r.log.With("node", n.Name),
 			Fetch: func(ctx context.Context) ([]byte, error) {
@@ -48,14 +50,14 @@ func (r *Relay) startPolls(c *Catalog) {
 				}
 				defer resp.Body.Close()
 				// vLLM's /metrics, histograms included, is a few hundred KB.
-				body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-				if err != nil {
+				body.Reset()
+				if _, err := body.ReadFrom(io.LimitReader(resp.Body, 8<<20)); err != nil {
 					return nil, err
 				}
 				if resp.StatusCode/100 != 2 {
 					return nil, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 				}
-				return body, nil
+				return body.Bytes(), nil
 			},
 		})
 	}
