@@ -194,6 +194,9 @@ func (x *Index) BlockSize() int { return int(x.blockSize.Load()) }
 // holds. A node evicts a prompt's deepest blocks first, so the blocks it
 // holds of a prompt are a prefix of it: a binary search finds its end.
 func (x *Index) Match(keys []uint64) int {
+	if len(keys) == 0 {
+		return 0
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	lo, hi := 0, len(keys)

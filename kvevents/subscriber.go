@@ -115,6 +115,10 @@ func (s *Subscriber) Match(keys []uint64, now int64) (blocks int, live bool) {
 // no block stored yet): a prompt's keys for Match are made in it (Keys).
 func (s *Subscriber) BlockSize() int { return s.index.BlockSize() }
 
+// Live reports whether the node's word can be trusted now (Match's live),
+// without touching its index.
+func (s *Subscriber) Live(now int64) bool { return s.live(now) }
+
 func (s *Subscriber) live(now int64) bool {
 	if !s.heard.Load() {
 		return false

@@ -2,7 +2,6 @@ package kvevents
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/tollgate/tollgate/internal/jsonscan"
+	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/upstream"
 )
 
@@ -267,8 +267,7 @@ func (t *Tokenizer) keep(key uint64, ids []uint32) {
 // appendTokenizeBody writes the chat form of vLLM's tokenize request.
 func appendTokenizeBody(b []byte, model string, field func(string) []byte) []byte {
 	b = append(b, `{"model":`...)
-	name, _ := json.Marshal(model) // a string always marshals
-	b = append(b, name...)
+	b = openai.AppendJSONString(b, model)
 	b = append(b, `,"messages":`...)
 	if m := field("messages"); m != nil {
 		b = append(b, m...)
@@ -279,16 +278,18 @@ func appendTokenizeBody(b []byte, model string, field func(string) []byte) []byt
 		b = append(b, `,"tools":`...)
 		b = append(b, tools...)
 	}
-	if field("add_generation_prompt") == nil {
-		b = append(b, `,"add_generation_prompt":true`...)
-	}
 	for _, name := range RenderFields {
-		if v := field(name); v != nil {
-			b = append(b, ',', '"')
-			b = append(b, name...)
-			b = append(b, '"', ':')
-			b = append(b, v...)
+		v := field(name)
+		if v == nil {
+			if name == "add_generation_prompt" {
+				b = append(b, `,"add_generation_prompt":true`...)
+			}
+			continue
 		}
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		b = append(b, v...)
 	}
 	return append(b, `,"add_special_tokens":false}`...)
 }

@@ -75,6 +75,25 @@ func TestTokenizerAsksTheChatForm(t *testing.T) {
 
 // A node that does not answer within the timeout fails the call (the
 // request is routed by the approximate index) and is asked again next time.
+// A render field the client set is sent as it is, in place of the default.
+func TestTokenizerSendsTheClientsRenderFields(t *testing.T) {
+	sim := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"served"}})
+	ts := httptest.NewServer(sim)
+	defer ts.Close()
+	tok := newTokenizer(t, ts.URL+"/tokenize", 5*time.Second)
+	msgs := `[{"role":"assistant","content":"the cache holds"}]`
+	req := fields(map[string]string{"messages": msgs, "tools": "null",
+		"add_generation_prompt": "false", "continue_final_message": "true"})
+	if _, err := tok.Tokenize(context.Background(), "served", req); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"served","messages":` + msgs +
+		`,"add_generation_prompt":false,"continue_final_message":true,"add_special_tokens":false}`
+	if all := sim.AllRequests(); len(all) != 1 || string(all[0].Body) != want {
+		t.Fatalf("requests %+v\nwant body\n%s", all, want)
+	}
+}
+
 func TestTokenizerTimesOut(t *testing.T) {
 	release := make(chan struct{})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

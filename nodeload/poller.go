@@ -10,7 +10,8 @@ import (
 // Options configure a Poller.
 type Options struct {
 	// Fetch returns the node's /metrics body (an error for a failed
-	// request or a status other than 2xx).
+	// request or a status other than 2xx). The body is read before the
+	// next Fetch and not kept: Fetch may reuse its buffer.
 	Fetch func(ctx context.Context) ([]byte, error)
 	// Interval between polls; Timeout bounds each (default: Interval).
 	Interval, Timeout time.Duration

@@ -272,11 +272,15 @@ func (n *Node) sameEvents(endpoint, replay string) bool {
 	return e == endpoint && r == replay
 }
 
+// serverRoot is a model server's root, where it serves /health, /metrics
+// and /tokenize: its base URL without /v1.
+func serverRoot(base string) string { return strings.TrimSuffix(base, "/v1") }
+
 // defaultHealthURL is each flavour's liveness endpoint. vLLM, SGLang and
 // llama.cpp serve /health at the root (llama.cpp answers 503 while loading);
 // Ollama answers GET / with "Ollama is running"; hosted APIs get GET /models.
 func defaultHealthURL(base string, f openai.Flavour) string {
-	root := strings.TrimSuffix(base, "/v1")
+	root := serverRoot(base)
 	switch f {
 	case openai.VLLM, openai.SGLang, openai.LlamaCpp:
 		return root + "/health"

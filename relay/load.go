@@ -1,10 +1,10 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/tollgate/tollgate/nodeload"
 	"github.com/tollgate/tollgate/openai"
@@ -19,10 +19,6 @@ import (
 // nodeload reads (vLLM and SGLang; SGLang with --enable-metrics).
 func pollsLoad(f openai.Flavour) bool { return f == openai.VLLM || f == openai.SGLang }
 
-// metricsURL is the node's Prometheus endpoint: /metrics at the server's
-// root (the base URL without /v1).
-func metricsURL(base string) string { return strings.TrimSuffix(base, "/v1") + "/metrics" }
-
 // startPolls starts polling the load of the catalogue's nodes that want it
 // and have no poller yet (before the catalogue is in force: requests read
 // the poller without a lock).
@@ -34,7 +30,8 @@ func (r *Relay) startPolls(c *Catalog) {
 		if _, polled := n.LoadStats(); polled || n.LoadPoll() <= 0 {
 			continue
 		}
-		pool, err := upstream.NewPool(metricsURL(n.BaseURL), r.dialer)
+		url := serverRoot(n.BaseURL) + "/metrics" // the node's Prometheus endpoint
+		pool, err := upstream.NewPool(url, r.dialer)
 		if err != nil {
 			continue
 		}
@@ -43,6 +40,7 @@ func (r *Relay) startPolls(c *Catalog) {
 		if n.Key != "" {
 			head.Authorization = n.authorization()[0]
 		}
+		var body bytes.Buffer // one node's polls come one at a time: reused
 		n.StartLoadPoll(nodeload.Options{
 			Log: r.log.With("node", n.Name),
 			Fetch: func(ctx context.Context) ([]byte, error) {
@@ -52,14 +50,14 @@ func (r *Relay) startPolls(c *Catalog) {
 				}
 				defer resp.Body.Close()
 				// vLLM's /metrics, histograms included, is a few hundred KB.
-				body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-				if err != nil {
+				body.Reset()
+				if _, err := body.ReadFrom(io.LimitReader(resp.Body, 8<<20)); err != nil {
 					return nil, err
 				}
 				if resp.StatusCode/100 != 2 {
-					return nil, fmt.Errorf("GET %s: status %d", metricsURL(n.BaseURL), resp.StatusCode)
+					return nil, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 				}
-				return body, nil
+				return body.Bytes(), nil
 			},
 		})
 	}

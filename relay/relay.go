@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -140,7 +139,7 @@ func (r *Relay) startEvents(c *Catalog) {
 		// chat's (SGLang's takes plain text only, not a chat).
 		tokenize := ""
 		if n.Flavour == openai.VLLM {
-			tokenize = strings.TrimSuffix(n.BaseURL, "/v1") + "/tokenize"
+			tokenize = serverRoot(n.BaseURL) + "/tokenize"
 		}
 		n.Subscribe(r.log.With("node", n.Name), tokenize, n.Key, r.dialer)
 	}

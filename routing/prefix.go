@@ -152,7 +152,7 @@ func (p *Picker[B, N]) PrefixStats(nodes []N, now time.Time) PrefixStats {
 			s.EventsStored += st.Stored
 			s.EventsRemoved += st.Removed
 			s.EventsCleared += st.Cleared
-			if _, live := n.kv.Match(nil, now.UnixNano()); live {
+			if n.kv.Live(now.UnixNano()) {
 				s.EventsLive++
 			}
 		}
@@ -193,7 +193,7 @@ func (p *Picker[B, N]) Start(ctx context.Context, pr *Request[B, N], model strin
 				}
 				tokenizes = tokenizes || n.tok != nil
 				if n.kv != nil && !heard {
-					_, heard = n.kv.Match(nil, at)
+					heard = n.kv.Live(at)
 				}
 			}
 		}
