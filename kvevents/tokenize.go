@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/tollgate/tollgate/internal/jsonscan"
-	"github.com/tollgate/tollgate/openai"
 	"github.com/tollgate/tollgate/upstream"
 )
 
@@ -267,7 +267,10 @@ func (t *Tokenizer) keep(key uint64, ids []uint32) {
 // appendTokenizeBody writes the chat form of vLLM's tokenize request.
 func appendTokenizeBody(b []byte, model string, field func(string) []byte) []byte {
 	b = append(b, `{"model":`...)
-	b = openai.AppendJSONString(b, model)
+	// json.Marshal, not openai's quoting: openai's tests import the
+	// simulator, which imports this package.
+	name, _ := json.Marshal(model) // a string always marshals
+	b = append(b, name...)
 	b = append(b, `,"messages":`...)
 	if m := field("messages"); m != nil {
 		b = append(b, m...)
