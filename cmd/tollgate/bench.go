@@ -113,6 +113,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	wlInstMargin := fs.Int64("instance-margin", -1, "--workload: prefix_margin of the runs on --instances (-1: --prefix-margin); each instance counts only its own requests in flight")
 	wlDisrupt := fs.String("disrupt", "", "--workload: halfway through each run, restart (empty node 0's cache), add (the last node joins) or remove (the last node leaves)")
 	wlWindow := fs.Duration("window", 0, "--workload: also report the cached share per window of this length (e.g. 5s)")
+	wlRepeat := fs.Int("repeat", 1, "--workload: run each policy this many rounds (one instance, then --instances, in turn) and also report the rounds pooled")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "Usage: tollgate bench [--duration 5s] [--concurrency 32] [--moderate 4]")
 		fmt.Fprintln(c.stderr, "       tollgate bench --workload all [--duration 20s] [--concurrency 32] [--nodes 4]")
@@ -161,7 +162,8 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 			duration: *dur, tokens: *tokens, slots: *wlSlots, cacheTokens: *wlCache, prefillRate: *wlPrefill,
 			decodeRate: *wlDecode, margin: *wlMargin, seed: *wlSeed, think: *wlThink,
 			instances: *wlInstances, instanceMargin: *wlInstMargin,
-			store: *storeKind, disrupt: *wlDisrupt, window: *wlWindow, loadPoll: *wlLoadPoll, loadMargin: *wlLoadMargin})
+			store: *storeKind, disrupt: *wlDisrupt, window: *wlWindow, loadPoll: *wlLoadPoll, loadMargin: *wlLoadMargin,
+			repeat: max(1, *wlRepeat)})
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

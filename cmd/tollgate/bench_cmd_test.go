@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -125,5 +126,45 @@ func TestBenchCommandLoadPoll(t *testing.T) {
 			!strings.Contains(errb.String(), "--policies") {
 			t.Errorf("--policies %s: exit %d, stderr %q", bad, code, errb.String())
 		}
+	}
+}
+
+// TestBenchCommandRepeat runs a policy in two rounds on one instance and on
+// two: a row per round, then the rounds pooled, with the count of rounds
+// in which two instances did no worse than one.
+func TestBenchCommandRepeat(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--workload", "multiturn", "--policies", "prefix_cache",
+		"--nodes", "2", "--instances", "2", "--store", "sqlite", "--duration", "1s", "--concurrency", "4", "--think", "50ms",
+		"--prefill-tokens-per-sec", "200000", "--decode-tokens-per-sec", "2000", "--repeat", "2"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	text := out.String()
+	rows := regexp.MustCompile(`(?m)^ +multiturn +prefix_cache +(\d) +(\d+) +0 .* (\d)$`).FindAllStringSubmatch(text, -1)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r[1]+"@"+r[3])
+		if r[2] == "0" {
+			t.Errorf("a run served nothing: %q", r[0])
+		}
+	}
+	if strings.Join(got, " ") != "1@1 2@1 1@2 2@2" {
+		t.Errorf("rows (instances@round) %v, want 1@1 2@1 1@2 2@2, in:\n%s", got, text)
+	}
+	pooled := regexp.MustCompile(`(?m)^ +multiturn +prefix_cache +2 +(\d+) +0 +[0-9.]+% .* [0-2]/2, [0-2]/2$`).FindStringSubmatch(text)
+	if !strings.Contains(text, "all 2 rounds pooled:") || pooled == nil {
+		t.Fatalf("no pooled row for 2 instances in:\n%s", text)
+	}
+	var sum int
+	for _, r := range rows {
+		if r[1] == "2" {
+			var n int
+			fmt.Sscan(r[2], &n)
+			sum += n
+		}
+	}
+	if pooled[1] != fmt.Sprint(sum) {
+		t.Errorf("pooled requests %s, want the rounds' %d", pooled[1], sum)
 	}
 }

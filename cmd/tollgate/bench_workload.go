@@ -54,6 +54,9 @@ type workloadOpts struct {
 	// "+load" policies.
 	loadPoll   time.Duration
 	loadMargin int64
+	// repeat runs each policy's instance counts this many rounds in turn
+	// (1, k, 1, k, ...): on a shared machine one run's tail is noise.
+	repeat int
 }
 
 // A policy compared is a routing policy, with options as suffixes:
@@ -93,6 +96,7 @@ func parsePolicy(p string) (benchPolicy, bool) {
 type workloadResult struct {
 	mix, policy  string
 	instances    int
+	round        int // 1-based, of workloadOpts.repeat
 	requests     int64
 	errors       int64
 	elapsed      time.Duration
@@ -148,30 +152,44 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 	}
 	for _, mix := range o.mixes {
 		for _, pol := range o.policies {
-			for _, k := range counts {
-				fmt.Fprintf(c.stderr, "%s, %s, %d instance(s): %s with %d clients on %d nodes...\n", mix, pol, k, o.duration, o.clients, o.nodes)
-				r, err := runWorkload(ctx, o, mix, pol, k)
-				if err != nil {
-					return fmt.Errorf("%s, %s, %d instances: %w", mix, pol, k, err)
+			for round := 1; round <= max(1, o.repeat); round++ {
+				for _, k := range counts {
+					fmt.Fprintf(c.stderr, "%s, %s, %d instance(s)%s: %s with %d clients on %d nodes...\n", mix, pol, k, roundLabel(o.repeat, round), o.duration, o.clients, o.nodes)
+					r, err := runWorkload(ctx, o, mix, pol, k)
+					if err != nil {
+						return fmt.Errorf("%s, %s, %d instances: %w", mix, pol, k, err)
+					}
+					r.round = round
+					all = append(all, r)
 				}
-				all = append(all, r)
 			}
 		}
 	}
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "mix\tpolicy\tinstances\trequests\terrors\treq/s\tprompt tok/s\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tspread (max/fair)\tper node\t")
+	roundCol := ""
+	if o.repeat > 1 {
+		roundCol = "round\t"
+	}
+	fmt.Fprintln(w, "mix\tpolicy\tinstances\trequests\terrors\treq/s\tprompt tok/s\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tspread (max/fair)\tper node\t"+roundCol)
 	for _, r := range all {
 		slices.Sort(r.ttft)
 		per := make([]string, len(r.perNode))
 		for i, n := range r.perNode {
 			per[i] = fmt.Sprint(n)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.1f\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n", r.mix, r.policy, r.instances, r.requests, r.errors,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.1f\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t", r.mix, r.policy, r.instances, r.requests, r.errors,
 			float64(r.requests)/r.elapsed.Seconds(), float64(r.promptTokens)/r.elapsed.Seconds(), 100*r.cachedShare(),
 			r.meanTTFT().Round(time.Millisecond), pct(r.ttft, 0.5).Round(time.Millisecond), pct(r.ttft, 0.99).Round(time.Millisecond),
 			r.spread(), strings.Join(per, "/"))
+		if o.repeat > 1 {
+			fmt.Fprintf(w, "%d\t", r.round)
+		}
+		fmt.Fprintln(w)
 	}
 	w.Flush()
+	if o.repeat > 1 {
+		c.printPooled(all, o.repeat)
+	}
 	for _, r := range all {
 		if bp, _ := parsePolicy(r.policy); bp.routing != config.RoutingPrefixCache {
 			continue
@@ -181,8 +199,8 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 		if p.PromptBlocks > 0 {
 			share = 100 * float64(p.MatchedBlocks) / float64(p.PromptBlocks)
 		}
-		fmt.Fprintf(c.stdout, "%s, %s, %d instance(s): %d routed by prefix: %d hits, %d fallbacks to load, %d misses; the index matched %.1f%% of blocks; indexes %d blocks, %d KB\n",
-			r.mix, r.policy, r.instances, p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
+		fmt.Fprintf(c.stdout, "%s, %s, %d instance(s)%s: %d routed by prefix: %d hits, %d fallbacks to load, %d misses; the index matched %.1f%% of blocks; indexes %d blocks, %d KB\n",
+			r.mix, r.policy, r.instances, roundLabel(o.repeat, r.round), p.Requests, p.Hits, p.Fallbacks, p.Misses, share, p.IndexBlocks, p.IndexBytes/1024)
 		if p.EventNodes > 0 {
 			fmt.Fprintf(c.stdout, "  KV events: %d of %d node subscriptions trusted at the end; %d batches (%d replayed after a gap, %d gaps lost, %d restarts); their indexes %d blocks, %d KB (the nodes hold %d blocks, once per instance: %d); %d prompts tokenized by the nodes' /tokenize, %d calls failed\n",
 				p.EventsLive, p.EventNodes, p.EventBatches, p.EventReplayed, p.EventLost, p.EventRestarts, p.EventBlocks, p.EventBytes/1024, r.nodeBlocks, r.nodeBlocks*int64(r.instances), p.Tokenized, p.TokenizeFailed)
@@ -202,7 +220,7 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 			for i, v := range r.windows {
 				parts[i] = fmt.Sprintf("%.0f%%", 100*v)
 			}
-			fmt.Fprintf(c.stdout, "  %s, %s, %d instance(s): %s\n", r.mix, r.policy, r.instances, strings.Join(parts, " "))
+			fmt.Fprintf(c.stdout, "  %s, %s, %d instance(s)%s: %s\n", r.mix, r.policy, r.instances, roundLabel(o.repeat, r.round), strings.Join(parts, " "))
 		}
 	}
 	return nil
@@ -383,6 +401,82 @@ func (g *gpuGateway) disruptNow() error {
 		}
 	}
 	return nil
+}
+
+// roundLabel names round of repeat in progress lines ("" for one round).
+func roundLabel(repeat, round int) string {
+	if repeat <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", round %d of %d", round, repeat)
+}
+
+// printPooled reports each mix, policy and instance count over all its
+// rounds (requests pooled: one share, one set of percentiles), and for
+// several instances in how many rounds their mean and p99 TTFT were no
+// worse than one instance's in the same round.
+func (c *benchCmd) printPooled(all []workloadResult, repeat int) {
+	type key struct {
+		mix, policy string
+		instances   int
+	}
+	type roundKey struct {
+		mix, policy string
+		round       int
+	}
+	var order []key
+	pooled := map[key]*workloadResult{}
+	one := map[roundKey]workloadResult{} // one instance's run of a mix, policy and round
+	worst := map[key]float64{}           // the largest spread of a round
+	for _, r := range all {
+		if r.instances == 1 {
+			one[roundKey{r.mix, r.policy, r.round}] = r
+		}
+		k := key{r.mix, r.policy, r.instances}
+		p := pooled[k]
+		if p == nil {
+			p = &workloadResult{mix: r.mix, policy: r.policy, instances: r.instances}
+			pooled[k] = p
+			order = append(order, k)
+		}
+		p.requests += r.requests
+		p.errors += r.errors
+		p.promptTokens += r.promptTokens
+		p.cachedTokens += r.cachedTokens
+		p.ttft = append(p.ttft, r.ttft...)
+		worst[k] = max(worst[k], r.spread()) // each round's nodes are new: their counts do not add up
+	}
+	// Rounds in which several instances' mean and p99 were no worse than
+	// one instance's.
+	meanOK, p99OK := map[key]int{}, map[key]int{}
+	for _, r := range all {
+		o, ok := one[roundKey{r.mix, r.policy, r.round}]
+		if r.instances == 1 || !ok {
+			continue
+		}
+		k := key{r.mix, r.policy, r.instances}
+		if r.meanTTFT() <= o.meanTTFT() {
+			meanOK[k]++
+		}
+		if pct(r.ttft, 0.99) <= pct(o.ttft, 0.99) {
+			p99OK[k]++
+		}
+	}
+	fmt.Fprintf(c.stdout, "\nall %d rounds pooled:\n", repeat)
+	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "mix\tpolicy\tinstances\trequests\terrors\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tworst round's spread\trounds no worse than one: mean, p99\t")
+	for _, k := range order {
+		p := pooled[k]
+		slices.Sort(p.ttft)
+		vs := ""
+		if k.instances > 1 {
+			vs = fmt.Sprintf("%d/%d, %d/%d", meanOK[k], repeat, p99OK[k], repeat)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n", p.mix, p.policy, p.instances, p.requests, p.errors,
+			100*p.cachedShare(), p.meanTTFT().Round(time.Millisecond), pct(p.ttft, 0.5).Round(time.Millisecond),
+			pct(p.ttft, 0.99).Round(time.Millisecond), worst[k], vs)
+	}
+	w.Flush()
 }
 
 // runWorkload runs one mix under one policy on fresh nodes, through k
