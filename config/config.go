@@ -247,7 +247,8 @@ type Backend struct {
 	PrefixTTL         Duration `yaml:"prefix_ttl"`
 	// LoadPoll is how often each vllm or sglang node's /metrics is read
 	// for its load, which routing then uses instead of this instance's
-	// own count (docs/config.md#routing); Off (the default) reads none.
+	// own count (docs/config.md#routing); Off reads none. The default is
+	// DefaultLoadPollWithKVEvents when a node has kv_events, else Off.
 	LoadPoll Duration `yaml:"load_poll"`
 }
 
@@ -262,9 +263,13 @@ const (
 	// (docs/decisions.md: measured in docs/performance.md).
 	DefaultRouting = RoutingPrefixCache
 	// DefaultLoadPoll is load_poll's default (Off: the nodes' /metrics
-	// are not read), and MinLoadPoll the shortest interval allowed.
-	DefaultLoadPoll = Off
-	MinLoadPoll     = 50 * time.Millisecond
+	// are not read), DefaultLoadPollWithKVEvents its default in a backend
+	// where a node publishes KV-cache events: a node that reports what it
+	// holds reports its load too, and instances need both to agree
+	// (docs/decisions.md). MinLoadPoll is the shortest interval allowed.
+	DefaultLoadPoll             = Off
+	DefaultLoadPollWithKVEvents = Duration(100 * time.Millisecond)
+	MinLoadPoll                 = 50 * time.Millisecond
 	// DefaultPrefixMargin is prefix_margin's default, and
 	// DefaultLoadPollMargin its default with load_poll: the nodes' reports
 	// are up to a poll old, and instances routing by them need room for
@@ -686,6 +691,11 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		switch {
 		case b.LoadPoll == 0:
 			b.LoadPoll = DefaultLoadPoll
+			for _, nd := range b.Nodes {
+				if nd.KVEvents != "" {
+					b.LoadPoll = DefaultLoadPollWithKVEvents
+				}
+			}
 		case b.LoadPoll != Off && b.LoadPoll < Duration(MinLoadPoll):
 			bad(key+".load_poll", "want %s or more, or \"off\"", MinLoadPoll)
 		}

@@ -453,6 +453,17 @@ func TestKVEventsValidation(t *testing.T) {
 	if n := c.Models[0].Backends[0].Nodes[0]; n.KVEvents != "tcp://10.0.0.1:5557" || n.KVEventsReplay != "tcp://10.0.0.1:5558" {
 		t.Fatalf("parsed %+v", n)
 	}
+	// A backend with a node publishing events polls its nodes' load by
+	// default, with load_poll's margin; "off" still turns it off.
+	if b := c.Models[0].Backends[0]; b.LoadPoll != DefaultLoadPollWithKVEvents || b.LoadPoll.D() != 100*time.Millisecond || *b.PrefixMargin != DefaultLoadPollMargin {
+		t.Errorf("with kv_events: load_poll %v, prefix_margin %d", b.LoadPoll.D(), *b.PrefixMargin)
+	}
+	off := strings.Replace(with(`kv_events: "tcp://10.0.0.1:5557"`, ""), "        capabilities: [tools]\n", "        capabilities: [tools]\n        load_poll: \"off\"\n", 1)
+	if c, err := Parse([]byte(off), ".", e); err != nil {
+		t.Fatal(err)
+	} else if b := c.Models[0].Backends[0]; b.LoadPoll != Off || *b.PrefixMargin != DefaultPrefixMargin {
+		t.Errorf("kv_events with load_poll off: load_poll %v, prefix_margin %d", b.LoadPoll.D(), *b.PrefixMargin)
+	}
 	for _, c := range []struct{ extra, routing, want string }{
 		{`kv_events: "10.0.0.1:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},
 		{`kv_events: "tcp://*:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},

@@ -334,7 +334,8 @@ func (g *gpuGateway) writeConfig(n int) (string, error) {
 	if g.k > 1 {
 		margin = o.instanceMargin
 	}
-	loadPoll := ""
+	// Without +load the nodes' load is not read, events or not.
+	loadPoll := "        load_poll: \"off\"\n"
 	if g.policy.load {
 		// Each instance sees the node's whole load (docs/config.md#routing).
 		slots, margin = int64(o.slots), o.loadMargin

@@ -129,7 +129,9 @@ models:
 	net, fb := chat.Backends[0], chat.Backends[1]
 	if net.Class != tollgate.ClassNetwork || net.UpstreamModel != "up" || net.Caps != tollgate.NewCapabilities(tollgate.CapTools, tollgate.CapImageInput) ||
 		net.Prices != (tollgate.Prices{Input: tollgate.MustParseRate("0.15"), Output: tollgate.MustParseRate("0.6")}) ||
-		net.Routing != routing.PrefixCache || net.PrefixMargin != 6 || len(net.Nodes) != 2 {
+		net.Routing != routing.PrefixCache || len(net.Nodes) != 2 ||
+		// a node with kv_events: its load is polled, with load_poll's margin
+		net.LoadPoll != 100*time.Millisecond || net.PrefixMargin != 8 {
 		t.Errorf("network backend = %+v", net)
 	}
 	if n := net.Nodes[0]; !strings.HasPrefix(n.Name, "node-") || n.URL != "http://10.0.0.1:8000/v1" || n.Flavour != openai.VLLM || n.Key != "" || n.MaxConcurrent != 0 ||
