@@ -158,12 +158,14 @@ type PrefixStat struct {
 	// batches applied, of which replayed after a gap; gaps that could not
 	// be replayed; restarts of a node's numbering; the nodes publishing,
 	// and of those judged by their events now (the rest by the index);
-	// the events' indexes now.
+	// the events' indexes now; prompts a node's /tokenize answered for
+	// matching them, and calls that failed (those requests used the index).
 	EventsStored, EventsRemoved, EventsCleared int64
 	EventBatches, EventReplayed                int64
 	EventLost, EventRestarts                   int64
 	EventNodes, EventsLive                     int
 	EventBlocks, EventBytes                    int64
+	Tokenized, TokenizeFailed                  int64
 }
 
 // PrefixSource reports prefix-cache routing (relay.Relay).
@@ -184,6 +186,7 @@ var (
 	descEventNodes   = prometheus.NewDesc(Namespace+"_prefix_event_nodes", "Nodes with kv_events, by what routing judges them by now: events (heard and trusted), or index (not heard yet, silent, after a lost gap, or never matching).", []string{"judged_by"}, nil)
 	descEventIndex   = prometheus.NewDesc(Namespace+"_prefix_event_index_blocks", "Blocks held by the nodes' KV-cache event indexes now.", nil, nil)
 	descEventIndexMB = prometheus.NewDesc(Namespace+"_prefix_event_index_bytes", "Memory of the nodes' KV-cache event indexes now (an estimate).", nil, nil)
+	descTokenize     = prometheus.NewDesc(Namespace+"_prefix_tokenize_total", "Prompts sent to a node's /tokenize to match them against the KV-cache events, by outcome: answered, or failed (timed out, refused, an error: the request was routed by the index).", []string{"outcome"}, nil)
 )
 
 // PrefixCollector reads prefix routing's counters at scrape time.
@@ -191,7 +194,7 @@ type PrefixCollector struct{ Source PrefixSource }
 
 func (c PrefixCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPrefixRouted, descPrefixBlocks, descPrefixIndex, descPrefixIndexMB,
-		descEvents, descEventBatches, descEventLost, descEventRestart, descEventNodes, descEventIndex, descEventIndexMB} {
+		descEvents, descEventBatches, descEventLost, descEventRestart, descEventNodes, descEventIndex, descEventIndexMB, descTokenize} {
 		ch <- d
 	}
 }
@@ -222,6 +225,8 @@ func (c PrefixCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEventNodes, prometheus.GaugeValue, float64(s.EventNodes-s.EventsLive), "index")
 	ch <- prometheus.MustNewConstMetric(descEventIndex, prometheus.GaugeValue, float64(s.EventBlocks))
 	ch <- prometheus.MustNewConstMetric(descEventIndexMB, prometheus.GaugeValue, float64(s.EventBytes))
+	counter(descTokenize, s.Tokenized, "answered")
+	counter(descTokenize, s.TokenizeFailed, "failed")
 }
 
 var descStoreErrors = prometheus.NewDesc(Namespace+"_store_errors_total",

@@ -48,7 +48,7 @@ func TestObserveRequest(t *testing.T) {
 		BillingCollector{bill{Holds: 5, Refused: 1, Batches: 2, Writing: 3 * time.Millisecond, UncollectedAmount: 1_500_000_000_000}},
 		PrefixCollector{prefix{Hits: 7, Fallbacks: 2, Misses: 1, PromptBlocks: 100, MatchedBlocks: 60, IndexBlocks: 50, IndexBytes: 2400,
 			EventsStored: 40, EventsRemoved: 12, EventsCleared: 1, EventBatches: 30, EventReplayed: 3, EventLost: 1, EventRestarts: 2,
-			EventNodes: 3, EventsLive: 2, EventBlocks: 70, EventBytes: 5040}})
+			EventNodes: 3, EventsLive: 2, EventBlocks: 70, EventBytes: 5040, Tokenized: 25, TokenizeFailed: 4}})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Stream: true, Duration: 2 * time.Second,
 		TTFT: 300 * time.Millisecond, PromptTokens: 10, CompletionTokens: 20, CachedTokens: 4, CostUSD: 0.25, Searches: 1})
 	m.ObserveRequest(&Request{Model: "tg-chat", Class: "network", Status: 200, Duration: time.Second, PromptTokens: 1, CompletionTokens: 2})
@@ -95,6 +95,8 @@ func TestObserveRequest(t *testing.T) {
 		`tollgate_prefix_event_nodes{judged_by="events"} 2`,
 		`tollgate_prefix_event_nodes{judged_by="index"} 1`,
 		`tollgate_prefix_event_index_bytes 5040`,
+		`tollgate_prefix_tokenize_total{outcome="answered"} 25`,
+		`tollgate_prefix_tokenize_total{outcome="failed"} 4`,
 		`tollgate_billing_batch_write_seconds_total 0.003`,
 		`tollgate_billing_uncollected_usd_total 1.5`,
 		`tollgate_store_errors_total{kind="unavailable",operation="metrics_test.call"} 2`,

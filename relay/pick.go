@@ -62,7 +62,8 @@ func (r *Relay) PrefixMetrics() metrics.PrefixStat {
 		MatchedBlocks: s.MatchedBlocks, IndexBlocks: s.IndexBlocks, IndexBytes: s.IndexBytes,
 		EventsStored: s.EventsStored, EventsRemoved: s.EventsRemoved, EventsCleared: s.EventsCleared,
 		EventBatches: s.EventBatches, EventReplayed: s.EventReplayed, EventLost: s.EventLost, EventRestarts: s.EventRestarts,
-		EventNodes: s.EventNodes, EventsLive: s.EventsLive, EventBlocks: s.EventBlocks, EventBytes: s.EventBytes}
+		EventNodes: s.EventNodes, EventsLive: s.EventsLive, EventBlocks: s.EventBlocks, EventBytes: s.EventBytes,
+		Tokenized: s.Tokenized, TokenizeFailed: s.TokenizeFailed}
 }
 
 // upstreamOK records that the serving node answered a real request.

@@ -175,6 +175,9 @@ func TestPrefixRoutingMatchesEventsThroughTokenize(t *testing.T) {
 	if st := f.r.PrefixStats(); st.Hits == 0 || st.Tokenized != 1 || st.TokenizeFailed != 0 {
 		t.Fatalf("stats %+v, want 1 prompt tokenized (turn 3)", st)
 	}
+	if m := f.r.PrefixMetrics(); m.Tokenized != 1 || m.TokenizeFailed != 0 {
+		t.Errorf("metrics: %d tokenized, %d failed", m.Tokenized, m.TokenizeFailed)
+	}
 }
 
 // Nodes whose /tokenize is missing (a vLLM too old for its chat form; here
@@ -217,6 +220,9 @@ func TestPrefixRoutingWithoutTokenizeUsesTheIndex(t *testing.T) {
 	}
 	if st := f.r.PrefixStats(); st.Tokenized != 0 || st.TokenizeFailed != 9 {
 		t.Fatalf("stats %+v", st)
+	}
+	if m := f.r.PrefixMetrics(); m.Tokenized != 0 || m.TokenizeFailed != 9 {
+		t.Errorf("metrics: %d tokenized, %d failed", m.Tokenized, m.TokenizeFailed)
 	}
 }
 
