@@ -421,6 +421,44 @@ func (s slowStore) SweepHolds(ctx context.Context, now, endedBefore time.Time, l
 	return s.db.SweepHolds(ctx, now, endedBefore, limit)
 }
 
+// heldStore is a slowStore that, once watching (writes before are not
+// slowed), records the size of every batch written, reports each write as
+// it begins and ends, and holds the first write until release is closed:
+// the test decides when that write ends instead of racing a sleep.
+type heldStore struct {
+	slowStore
+	watching atomic.Bool // the holds' own writes go by before
+	release  chan struct{}
+	begun    chan int // the size of each batch as its write begins
+	written  chan int // the size of each batch once it is written
+
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (s *heldStore) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
+	if !s.watching.Load() {
+		return s.db.ApplyBilling(ctx, ops)
+	}
+	s.mu.Lock()
+	s.sizes = append(s.sizes, len(ops))
+	first := len(s.sizes) == 1
+	s.mu.Unlock()
+	s.begun <- len(ops)
+	if first {
+		<-s.release
+	}
+	err := s.slowStore.ApplyBilling(ctx, ops)
+	s.written <- len(ops)
+	return err
+}
+
+func (s *heldStore) batchSizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.sizes...)
+}
+
 // TestBatchOfOneStillLingers: after a batch of one operation, the next batch
 // still waits for company when its first operation came sooner after the
 // one before than a write takes (operations are coming faster than single
@@ -428,36 +466,91 @@ func (s slowStore) SweepHolds(ctx context.Context, now, endedBefore time.Time, l
 // of one-operation commits this way (BenchmarkBilling: hundreds of them,
 // with a hundred requests in flight).
 //
-// Writes take 100 ms. Settle A is written alone (t = 0–100 ms); settle B
-// comes at 30 ms, during that write, and is alone in the next batch, which
-// now waits (open holds remain); settle C comes at 150 ms and joins it: two
-// batches for three settles, where writing B at once made three.
+// Settle A is written alone; settle B begins while A's write is held open,
+// and that write then takes 300 ms more, so B came sooner after A than A's
+// write took by those 300 ms whatever the scheduler did before B queued.
+// B is alone in the next batch, which must wait (open holds remain): no
+// write may begin before settle C comes, and C joins B. Two batches for
+// three settles, [1 2], where writing B at once made three. Each step waits
+// for the event it needs (A's write begun, B's settle begun, A's write
+// ended), not for a fixed time; C comes 50 ms after A's write ended, and B's
+// batch may wait a quarter of the 4 s BatchWait for it.
 func TestBatchOfOneStillLingers(t *testing.T) {
 	db, a, k := storeWithAccount(t)
-	var err error
-	b := billing.New(slowStore{db: db, d: 100 * time.Millisecond}, billing.Options{NoReserve: true, BatchWait: time.Second})
+	st := &heldStore{slowStore: slowStore{db: db, d: 300 * time.Millisecond},
+		release: make(chan struct{}), begun: make(chan int, 8), written: make(chan int, 8)}
+	// settling reports the first clock reading after it is armed: B's
+	// settle reads the clock (its charge's time) just before it queues.
+	// Nothing else reads it meanwhile: the worker is held in A's write.
+	var armed atomic.Bool
+	settling := make(chan struct{})
+	var once sync.Once
+	now := func() time.Time {
+		if armed.Load() {
+			once.Do(func() { close(settling) })
+		}
+		return time.Now()
+	}
+	b := billing.New(st, billing.Options{NoReserve: true, BatchWait: 4 * time.Second, Now: now})
 	defer b.Close()
 	var ids [3]string
 	for i := range ids {
+		var err error
 		if ids[i], err = hold(t, b, a, k, tollgate.MustParseAmount("0.1")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := b.Stats().Batches
+	st.watching.Store(true)
 	var wg sync.WaitGroup
-	for i, at := range []time.Duration{0, 30 * time.Millisecond, 150 * time.Millisecond} {
+	settle := func(id string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(at)
-			if _, err := b.Settle(context.Background(), ids[i], charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
+			if _, err := b.Settle(context.Background(), id, charge(a, k, tollgate.MustParseAmount("0.01"))); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
+	const long = 30 * time.Second // only a broken biller takes this long
+	recv := func(ch <-chan int, what string) int {
+		t.Helper()
+		select {
+		case n := <-ch:
+			return n
+		case <-time.After(long):
+			t.Fatalf("%s did not happen within %v (batches %v)", what, long, st.batchSizes())
+			return 0
+		}
+	}
+
+	settle(ids[0])
+	if n := recv(st.begun, "A's write"); n != 1 {
+		t.Fatalf("the first batch holds %d operations, want A alone", n)
+	}
+	armed.Store(true)
+	settle(ids[1])
+	select {
+	case <-settling:
+	case <-time.After(long):
+		t.Fatal("B's settle did not begin")
+	}
+	close(st.release)
+	recv(st.written, "the end of A's write")
+	// B's batch must be waiting now: a write that begins before C is
+	// queued is B written alone.
+	select {
+	case n := <-st.begun:
+		t.Fatalf("a batch of %d was written as soon as A's write ended, without waiting for company (batches %v)", n, st.batchSizes())
+	case <-time.After(50 * time.Millisecond):
+	}
+	settle(ids[2])
 	wg.Wait()
+	if got := st.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Errorf("three settles were written in batches %v, want [1 2] (A alone, then B waiting for C)", got)
+	}
 	if n := b.Stats().Batches - before; n != 2 {
-		t.Errorf("three settles took %d batches, want 2 (A alone, then B waiting for C)", n)
+		t.Errorf("three settles took %d batches, want 2", n)
 	}
 }
 
