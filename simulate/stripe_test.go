@@ -76,24 +76,30 @@ func (h *hookReceiver) ofType(typ string) []stripe.Event {
 	return out
 }
 
+// hookWait bounds how long a test waits for deliveries: only a simulator
+// that lost them takes this long. It is generous because the suite runs
+// under -race beside other work on a small machine, which stretches the
+// simulator's own delays and retries by a factor nobody controls.
+const hookWait = 30 * time.Second
+
 // waitEvent waits until n events of typ were accepted.
 func (h *hookReceiver) waitEvent(t *testing.T, typ string, n int) []stripe.Event {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(hookWait)
 	for time.Now().Before(deadline) {
 		if evs := h.ofType(typ); len(evs) >= n {
 			return evs
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("no %d %s event(s) within 10s; got %v", n, typ, eventTypes(h.received()))
+	t.Fatalf("no %d %s event(s) within %v; got %v", n, typ, hookWait, eventTypes(h.received()))
 	return nil
 }
 
 // sessionEvent waits for an event of typ about one Checkout Session.
 func (h *hookReceiver) sessionEvent(t *testing.T, typ, id string) stripe.CheckoutSession {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(hookWait)
 	for time.Now().Before(deadline) {
 		for _, ev := range h.ofType(typ) {
 			var cs stripe.CheckoutSession
@@ -106,7 +112,7 @@ func (h *hookReceiver) sessionEvent(t *testing.T, typ, id string) stripe.Checkou
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("no %s event for %s within 10s; got %v", typ, id, eventTypes(h.received()))
+	t.Fatalf("no %s event for %s within %v; got %v", typ, id, hookWait, eventTypes(h.received()))
 	return stripe.CheckoutSession{}
 }
 
@@ -385,7 +391,7 @@ func TestStripeWebhookDelayRetryAndDuplicates(t *testing.T) {
 			t.Fatalf("duplicates carry other ids: %s %s", evs[0].ID, ev.ID)
 		}
 	}
-	err := env.run.WaitDeliveries(10*time.Second, func(ds []simulate.WebhookDelivery) bool {
+	err := env.run.WaitDeliveries(hookWait, func(ds []simulate.WebhookDelivery) bool {
 		var failed, retried bool
 		for _, d := range ds {
 			failed = failed || d.Status == 500
