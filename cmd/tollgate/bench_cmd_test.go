@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchCommandPaired runs `tollgate bench` briefly (paired phases only)
@@ -166,5 +167,35 @@ func TestBenchCommandRepeat(t *testing.T) {
 	}
 	if pooled[1] != fmt.Sprint(sum) {
 		t.Errorf("pooled requests %s, want the rounds' %d", pooled[1], sum)
+	}
+}
+
+// TestBenchInstanceSlots checks the nodes' max_concurrent each of several
+// instances is given: the node's slots divided among them by default,
+// --instance-slots when set, the whole with +load.
+func TestBenchInstanceSlots(t *testing.T) {
+	for _, c := range []struct {
+		policy        string
+		instanceSlots int
+		want          int64
+	}{
+		{"prefix_cache", 0, 6},
+		{"prefix_cache", 11, 11},
+		{"prefix_cache+kv+load", 11, 16},
+	} {
+		o := workloadOpts{nodes: 2, slots: 16, cacheTokens: 1000, prefillRate: 1e6, decodeRate: 1e4, margin: 6,
+			instances: 3, instanceMargin: 4, instanceSlots: c.instanceSlots, store: "sqlite", loadPoll: 100 * time.Millisecond, loadMargin: 8}
+		g, err := startGPUFleet(context.Background(), o, c.policy, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range g.mains {
+			for _, n := range m.Config.Models[0].Backends[0].Nodes {
+				if n.MaxConcurrent != c.want {
+					t.Errorf("%s, --instance-slots %d: instance %d's %s has max_concurrent %d, want %d", c.policy, c.instanceSlots, i, n.Name, n.MaxConcurrent, c.want)
+				}
+			}
+		}
+		g.close()
 	}
 }
