@@ -201,6 +201,30 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 	if prev != nil {
 		c.Created = prev.Created
 	}
+	// What a node listed by several backends is to be, over all of them:
+	// polled if any backend polls it, following the last backend's events.
+	// A kept node is compared with that, not with one backend's settings,
+	// or every reload would split a shared node (two in-flight counts).
+	type nodeWant struct {
+		poll             time.Duration
+		events, evReplay string
+	}
+	want := map[string]nodeWant{}
+	for _, mc := range spec.Models {
+		for _, bc := range mc.Backends {
+			for _, nc := range bc.Nodes {
+				key := string(bc.Class) + " " + strings.TrimRight(nc.URL, "/") + " " + nc.Key
+				w := want[key]
+				if pollsLoad(nc.Flavour) {
+					w.poll = max(w.poll, bc.LoadPoll)
+				}
+				if bc.Routing == routing.PrefixCache && nc.KVEvents != "" {
+					w.events, w.evReplay = nc.KVEvents, nc.KVEventsReplay
+				}
+				want[key] = w
+			}
+		}
+	}
 	for _, mc := range spec.Models {
 		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens,
 			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens), SearchPrice: mc.SearchPrice}
@@ -223,13 +247,10 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 				if healthURL == "" {
 					healthURL = defaultHealthURL(base, nc.Flavour)
 				}
-				var poll time.Duration
-				if pollsLoad(nc.Flavour) {
-					poll = bc.LoadPoll
-				}
+				w := want[key]
 				n := nodes[key]
 				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL ||
-					!n.sameEvents(nc.KVEvents, nc.KVEventsReplay) || n.LoadPoll() != poll) {
+					!n.sameEvents(w.events, w.evReplay) || n.LoadPoll() != w.poll) {
 					// Requests in flight read the previous node without a lock:
 					// changed settings make a new node instead of a write.
 					n = nil
@@ -244,7 +265,7 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 					n.MaxConcurrent = nc.MaxConcurrent
 					n.Flavour = nc.Flavour
 					n.HealthURL = healthURL
-					n.SetLoadPoll(max(n.LoadPoll(), poll))
+					n.SetLoadPoll(w.poll)
 				}
 				if b.Routing == routing.PrefixCache {
 					n.ConfigurePrefix(bc.PrefixIndexTokens, bc.PrefixTTL)
