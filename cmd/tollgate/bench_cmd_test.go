@@ -199,3 +199,35 @@ func TestBenchInstanceSlots(t *testing.T) {
 		g.close()
 	}
 }
+
+// printPooled takes percentiles over every round's requests together, and
+// compares several instances with one instance of the same round only.
+func TestBenchPrintPooled(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x) * time.Millisecond
+		}
+		return d
+	}
+	res := func(k, round int, ttft []time.Duration) workloadResult {
+		return workloadResult{mix: "m", policy: "p", instances: k, round: round, requests: int64(len(ttft)),
+			promptTokens: 100, cachedTokens: 50, ttft: ttft, perNode: []int64{1, 1}}
+	}
+	// Round 1: 3 instances faster than one; round 2: slower than that
+	// round's one, yet faster than round 1's one.
+	all := []workloadResult{
+		res(1, 1, ms(400, 400)), res(3, 1, ms(100, 300)),
+		res(1, 2, ms(10, 20)), res(3, 2, ms(200, 200)),
+	}
+	var out bytes.Buffer
+	(&benchCmd{stdout: &out, stderr: &out}).printPooled(all, 2)
+	row := regexp.MustCompile(`(?m)^ +m +p +3 +4 +0 +50\.0% +(\S+) +(\S+) +(\S+) +1\.00 +(\d/2, \d/2)$`).FindStringSubmatch(out.String())
+	if row == nil {
+		t.Fatalf("no pooled row for 3 instances in:\n%s", out.String())
+	}
+	// Pooled: 100 200 200 300 ms: mean 200, p50 the third, p99 the last.
+	if row[1] != "200ms" || row[2] != "200ms" || row[3] != "300ms" || row[4] != "1/2, 1/2" {
+		t.Errorf("pooled mean, p50, p99, rounds no worse = %q, want 200ms 200ms 300ms \"1/2, 1/2\"", row[1:])
+	}
+}
