@@ -158,7 +158,7 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 					fmt.Fprintf(c.stderr, "%s, %s, %d instance(s)%s: %s with %d clients on %d nodes...\n", mix, pol, k, roundLabel(o.repeat, round), o.duration, o.clients, o.nodes)
 					r, err := runWorkload(ctx, o, mix, pol, k)
 					if err != nil {
-						return fmt.Errorf("%s, %s, %d instances: %w", mix, pol, k, err)
+						return fmt.Errorf("%s, %s, %d instances%s: %w", mix, pol, k, roundLabel(o.repeat, round), err)
 					}
 					r.round = round
 					all = append(all, r)
