@@ -248,7 +248,7 @@ type Backend struct {
 	// LoadPoll is how often each vllm or sglang node's /metrics is read
 	// for its load, which routing then uses instead of this instance's
 	// own count (docs/config.md#routing); Off reads none. The default is
-	// DefaultLoadPollWithKVEvents when a node has kv_events, else Off.
+	// DefaultLoadPollWithKVEvents when a vllm node has kv_events, else Off.
 	LoadPoll Duration `yaml:"load_poll"`
 }
 
@@ -264,9 +264,11 @@ const (
 	DefaultRouting = RoutingPrefixCache
 	// DefaultLoadPoll is load_poll's default (Off: the nodes' /metrics
 	// are not read), DefaultLoadPollWithKVEvents its default in a backend
-	// where a node publishes KV-cache events: a node that reports what it
-	// holds reports its load too, and instances need both to agree
-	// (docs/decisions.md). MinLoadPoll is the shortest interval allowed.
+	// where a vllm node publishes KV-cache events: a node that reports what
+	// it holds reports its load too, and instances need both to agree
+	// (docs/decisions.md). SGLang's events are never matched (no chat
+	// /tokenize), and the poll alone splits instances: not on by default.
+	// MinLoadPoll is the shortest interval allowed.
 	DefaultLoadPoll             = Off
 	DefaultLoadPollWithKVEvents = Duration(100 * time.Millisecond)
 	MinLoadPoll                 = 50 * time.Millisecond
@@ -692,7 +694,7 @@ func (c *Config) validateBackend(b *Backend, key string, getenv func(string) str
 		case b.LoadPoll == 0:
 			b.LoadPoll = DefaultLoadPoll
 			for _, nd := range b.Nodes {
-				if nd.KVEvents != "" {
+				if nd.KVEvents != "" && nd.Flavour == openai.VLLM {
 					b.LoadPoll = DefaultLoadPollWithKVEvents
 				}
 			}

@@ -464,6 +464,12 @@ func TestKVEventsValidation(t *testing.T) {
 	} else if b := c.Models[0].Backends[0]; b.LoadPoll != Off || *b.PrefixMargin != DefaultPrefixMargin {
 		t.Errorf("kv_events with load_poll off: load_poll %v, prefix_margin %d", b.LoadPoll.D(), *b.PrefixMargin)
 	}
+	// SGLang nodes' events are followed, never matched: no poll by default.
+	if c, err := Parse([]byte(with(`kv_events: "tcp://10.0.0.1:5557", flavour: sglang`, "")), ".", e); err != nil {
+		t.Fatal(err)
+	} else if b := c.Models[0].Backends[0]; b.LoadPoll != Off || *b.PrefixMargin != DefaultPrefixMargin {
+		t.Errorf("sglang with kv_events: load_poll %v, prefix_margin %d", b.LoadPoll.D(), *b.PrefixMargin)
+	}
 	for _, c := range []struct{ extra, routing, want string }{
 		{`kv_events: "10.0.0.1:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},
 		{`kv_events: "tcp://*:5557"`, "", "nodes[0].kv_events: want a ZeroMQ address"},

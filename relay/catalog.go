@@ -201,6 +201,38 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 	if prev != nil {
 		c.Created = prev.Created
 	}
+	// What a node listed by several backends is to be, over all of them:
+	// polled if any backend polls it, following the last backend's events,
+	// with the last backend's max_concurrent, flavour and health URL (as a
+	// node built here gets them). A kept node is compared with that, not
+	// with one backend's settings, or every reload would replace a node
+	// its backends describe differently (its in-flight count, health and
+	// index lost).
+	type nodeWant struct {
+		poll             time.Duration
+		events, evReplay string
+		maxConcurrent    int64
+		flavour          openai.Flavour
+		healthURL        string
+	}
+	want := map[string]nodeWant{}
+	for _, mc := range spec.Models {
+		for _, bc := range mc.Backends {
+			for _, nc := range bc.Nodes {
+				base := strings.TrimRight(nc.URL, "/")
+				key := string(bc.Class) + " " + base + " " + nc.Key
+				w := want[key]
+				if pollsLoad(nc.Flavour) {
+					w.poll = max(w.poll, bc.LoadPoll)
+				}
+				if bc.Routing == routing.PrefixCache && nc.KVEvents != "" {
+					w.events, w.evReplay = nc.KVEvents, nc.KVEventsReplay
+				}
+				w.maxConcurrent, w.flavour, w.healthURL = nc.MaxConcurrent, nc.Flavour, cmp.Or(nc.HealthURL, defaultHealthURL(base, nc.Flavour))
+				want[key] = w
+			}
+		}
+	}
 	for _, mc := range spec.Models {
 		m := &Model{ID: mc.ID, Kind: mc.Kind, OwnedBy: mc.OwnedBy, ContextLength: mc.ContextLength, MaxOutputTokens: mc.MaxOutputTokens,
 			ImageTokens: cmp.Or(mc.ImageTokens, DefaultImageTokens), SearchPrice: mc.SearchPrice}
@@ -219,17 +251,10 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 			for _, nc := range bc.Nodes {
 				base := strings.TrimRight(nc.URL, "/")
 				key := string(bc.Class) + " " + base + " " + nc.Key
-				healthURL := nc.HealthURL
-				if healthURL == "" {
-					healthURL = defaultHealthURL(base, nc.Flavour)
-				}
-				var poll time.Duration
-				if pollsLoad(nc.Flavour) {
-					poll = bc.LoadPoll
-				}
+				w := want[key]
 				n := nodes[key]
-				if n != nil && !fresh[n] && (n.MaxConcurrent != nc.MaxConcurrent || n.Flavour != nc.Flavour || n.HealthURL != healthURL ||
-					!n.sameEvents(nc.KVEvents, nc.KVEventsReplay) || n.LoadPoll() != poll) {
+				if n != nil && !fresh[n] && (n.MaxConcurrent != w.maxConcurrent || n.Flavour != w.flavour || n.HealthURL != w.healthURL ||
+					!n.sameEvents(w.events, w.evReplay) || n.LoadPoll() != w.poll) {
 					// Requests in flight read the previous node without a lock:
 					// changed settings make a new node instead of a write.
 					n = nil
@@ -241,10 +266,10 @@ func NewCatalog(spec CatalogSpec, prev *Catalog) *Catalog {
 					fresh[n] = true
 				}
 				if fresh[n] {
-					n.MaxConcurrent = nc.MaxConcurrent
-					n.Flavour = nc.Flavour
-					n.HealthURL = healthURL
-					n.SetLoadPoll(max(n.LoadPoll(), poll))
+					n.MaxConcurrent = w.maxConcurrent
+					n.Flavour = w.flavour
+					n.HealthURL = w.healthURL
+					n.SetLoadPoll(w.poll)
 				}
 				if b.Routing == routing.PrefixCache {
 					n.ConfigurePrefix(bc.PrefixIndexTokens, bc.PrefixTTL)

@@ -110,6 +110,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 	wlThink := fs.Duration("think", 500*time.Millisecond, "--workload: mean pause between a conversation's requests (the user typing, the tool running), uniform over 0.5-1.5 times it")
 	wlSeed := fs.Uint64("seed", 1, "--workload: seed of the generated conversations (the same under every policy)")
 	wlInstances := fs.Int("instances", 1, "--workload: also run each policy on this many tollgate instances sharing one store (--store), the requests spread over them in turn, next to one instance")
+	wlInstSlots := fs.Int("instance-slots", 0, "--workload: max_concurrent of each node on each of --instances (0: --node-slots ÷ --instances, rounded up)")
 	wlInstMargin := fs.Int64("instance-margin", -1, "--workload: prefix_margin of the runs on --instances (-1: --prefix-margin); each instance counts only its own requests in flight")
 	wlDisrupt := fs.String("disrupt", "", "--workload: halfway through each run, restart (empty node 0's cache), add (the last node joins) or remove (the last node leaves)")
 	wlWindow := fs.Duration("window", 0, "--workload: also report the cached share per window of this length (e.g. 5s)")
@@ -161,7 +162,7 @@ func (c *benchCmd) Run(ctx context.Context, args []string) error {
 		return c.runWorkloads(ctx, workloadOpts{mixes: mixes, policies: pols, nodes: max(1, *wlNodes), clients: max(1, *conc),
 			duration: *dur, tokens: *tokens, slots: *wlSlots, cacheTokens: *wlCache, prefillRate: *wlPrefill,
 			decodeRate: *wlDecode, margin: *wlMargin, seed: *wlSeed, think: *wlThink,
-			instances: *wlInstances, instanceMargin: *wlInstMargin,
+			instances: *wlInstances, instanceMargin: *wlInstMargin, instanceSlots: *wlInstSlots,
 			store: *storeKind, disrupt: *wlDisrupt, window: *wlWindow, loadPoll: *wlLoadPoll, loadMargin: *wlLoadMargin,
 			repeat: max(1, *wlRepeat)})
 	}

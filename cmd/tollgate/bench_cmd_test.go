@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchCommandPaired runs `tollgate bench` briefly (paired phases only)
@@ -166,5 +167,67 @@ func TestBenchCommandRepeat(t *testing.T) {
 	}
 	if pooled[1] != fmt.Sprint(sum) {
 		t.Errorf("pooled requests %s, want the rounds' %d", pooled[1], sum)
+	}
+}
+
+// TestBenchInstanceSlots checks the nodes' max_concurrent each of several
+// instances is given: the node's slots divided among them by default,
+// --instance-slots when set, the whole with +load.
+func TestBenchInstanceSlots(t *testing.T) {
+	for _, c := range []struct {
+		policy        string
+		instanceSlots int
+		want          int64
+	}{
+		{"prefix_cache", 0, 6},
+		{"prefix_cache", 11, 11},
+		{"prefix_cache+kv+load", 11, 16},
+	} {
+		o := workloadOpts{nodes: 2, slots: 16, cacheTokens: 1000, prefillRate: 1e6, decodeRate: 1e4, margin: 6,
+			instances: 3, instanceMargin: 4, instanceSlots: c.instanceSlots, store: "sqlite", loadPoll: 100 * time.Millisecond, loadMargin: 8}
+		g, err := startGPUFleet(context.Background(), o, c.policy, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range g.mains {
+			for _, n := range m.Config.Models[0].Backends[0].Nodes {
+				if n.MaxConcurrent != c.want {
+					t.Errorf("%s, --instance-slots %d: instance %d's %s has max_concurrent %d, want %d", c.policy, c.instanceSlots, i, n.Name, n.MaxConcurrent, c.want)
+				}
+			}
+		}
+		g.close()
+	}
+}
+
+// printPooled takes percentiles over every round's requests together, and
+// compares several instances with one instance of the same round only.
+func TestBenchPrintPooled(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x) * time.Millisecond
+		}
+		return d
+	}
+	res := func(k, round int, ttft []time.Duration) workloadResult {
+		return workloadResult{mix: "m", policy: "p", instances: k, round: round, requests: int64(len(ttft)),
+			promptTokens: 100, cachedTokens: 50, ttft: ttft, perNode: []int64{1, 1}}
+	}
+	// Round 1: 3 instances faster than one; round 2: slower than that
+	// round's one, yet faster than round 1's one.
+	all := []workloadResult{
+		res(1, 1, ms(400, 400)), res(3, 1, ms(100, 300)),
+		res(1, 2, ms(10, 20)), res(3, 2, ms(200, 200)),
+	}
+	var out bytes.Buffer
+	(&benchCmd{stdout: &out, stderr: &out}).printPooled(all, 2)
+	row := regexp.MustCompile(`(?m)^ +m +p +3 +4 +0 +50\.0% +(\S+) +(\S+) +(\S+) +1\.00 +(\d/2, \d/2)$`).FindStringSubmatch(out.String())
+	if row == nil {
+		t.Fatalf("no pooled row for 3 instances in:\n%s", out.String())
+	}
+	// Pooled: 100 200 200 300 ms: mean 200, p50 the third, p99 the last.
+	if row[1] != "200ms" || row[2] != "200ms" || row[3] != "300ms" || row[4] != "1/2, 1/2" {
+		t.Errorf("pooled mean, p50, p99, rounds no worse = %q, want 200ms 200ms 300ms \"1/2, 1/2\"", row[1:])
 	}
 }

@@ -44,6 +44,7 @@ type workloadOpts struct {
 	// over them in turn (a round-robin load balancer).
 	instances      int
 	instanceMargin int64  // prefix_margin of the runs on more than one instance
+	instanceSlots  int    // max_concurrent of a node on each of several instances (0: slots ÷ instances)
 	store          string // sqlite (a file shared by the instances) or postgres (TOLLGATE_TEST_POSTGRES)
 	// disrupt happens halfway through each run: "restart" empties node 0's
 	// cache (its server restarted), "add" adds the last node (absent until
@@ -157,7 +158,7 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 					fmt.Fprintf(c.stderr, "%s, %s, %d instance(s)%s: %s with %d clients on %d nodes...\n", mix, pol, k, roundLabel(o.repeat, round), o.duration, o.clients, o.nodes)
 					r, err := runWorkload(ctx, o, mix, pol, k)
 					if err != nil {
-						return fmt.Errorf("%s, %s, %d instances: %w", mix, pol, k, err)
+						return fmt.Errorf("%s, %s, %d instances%s: %w", mix, pol, k, roundLabel(o.repeat, round), err)
 					}
 					r.round = round
 					all = append(all, r)
@@ -333,6 +334,9 @@ func (g *gpuGateway) writeConfig(n int) (string, error) {
 	slots, margin := ceilDiv(int64(o.slots), int64(g.k)), o.margin
 	if g.k > 1 {
 		margin = o.instanceMargin
+		if o.instanceSlots > 0 {
+			slots = int64(o.instanceSlots)
+		}
 	}
 	// Without +load the nodes' load is not read, events or not.
 	loadPoll := "        load_poll: \"off\"\n"
