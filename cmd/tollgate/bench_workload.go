@@ -261,7 +261,7 @@ func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (*gpuGa
 }
 
 // startGPUFleet starts o.nodes simulated vLLM nodes (publishing KV-cache
-// events under policyKV) and k tollgate instances on one store.
+// events under a +kv policy) and k tollgate instances on one store.
 func startGPUFleet(ctx context.Context, o workloadOpts, policy string, k int) (g *gpuGateway, err error) {
 	bp, ok := parsePolicy(policy)
 	if !ok {
