@@ -195,6 +195,10 @@ func TestLostReturnAnswerStrandsNoHold(t *testing.T) {
 	}
 	serve(3)
 	settled(t, db, b, a, charged)
+	// Counted as done, the returns left the count what the rows held.
+	if strings.Contains(s.logs.String(), miscounted) {
+		t.Errorf("an idle return found the row holding other than counted:\n%s", s.logs.String())
+	}
 
 	// Failed without being applied.
 	serve(1)
@@ -205,6 +209,9 @@ func TestLostReturnAnswerStrandsNoHold(t *testing.T) {
 		t.Fatal("the failed return was applied: the test tests nothing")
 	}
 	settled(t, db, b, a, charged)
+	if !strings.Contains(s.logs.String(), miscounted) {
+		t.Error("the idle return after a return that was not applied found the row holding what was counted")
+	}
 }
 
 // A charge against a reservation committed whose answer was lost: without
