@@ -101,7 +101,7 @@ type workloadResult struct {
 	requests     int64
 	errors       int64
 	elapsed      time.Duration
-	ttft         []time.Duration
+	ttft         []time.Duration // each request's time to first token; sorted by runWorkloads
 	promptTokens int64
 	cachedTokens int64
 	perNode      []int64 // requests each node served
@@ -161,6 +161,7 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 						return fmt.Errorf("%s, %s, %d instances%s: %w", mix, pol, k, roundLabel(o.repeat, round), err)
 					}
 					r.round = round
+					slices.Sort(r.ttft) // percentiles here and in printPooled read it sorted
 					all = append(all, r)
 				}
 			}
@@ -173,7 +174,6 @@ func (c *benchCmd) runWorkloads(ctx context.Context, o workloadOpts) error {
 	}
 	fmt.Fprintln(w, "mix\tpolicy\tinstances\trequests\terrors\treq/s\tprompt tok/s\tcached share\tmean TTFT\tp50 TTFT\tp99 TTFT\tspread (max/fair)\tper node\t"+roundCol)
 	for _, r := range all {
-		slices.Sort(r.ttft)
 		per := make([]string, len(r.perNode))
 		for i, n := range r.perNode {
 			per[i] = fmt.Sprint(n)
