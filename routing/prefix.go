@@ -116,7 +116,8 @@ type PrefixStats struct {
 	IndexBlocks int64
 	IndexBytes  int64
 	// EventBlocks and EventBytes: the same for the nodes' KV-cache events
-	// (kv_events), and EventsLive how many of those nodes are trusted now.
+	// (kv_events), and EventsLive how many of those nodes are judged by
+	// their events now (heard, and their /tokenize asked).
 	EventBlocks, EventBytes int64
 	EventsLive, EventNodes  int
 	// The nodes' batches: applied, of which replayed after a gap; gaps
@@ -152,7 +153,9 @@ func (p *Picker[B, N]) PrefixStats(nodes []N, now time.Time) PrefixStats {
 			s.EventsStored += st.Stored
 			s.EventsRemoved += st.Removed
 			s.EventsCleared += st.Cleared
-			if n.kv.Live(now.UnixNano()) {
+			// Judged by its events only when its /tokenize gives the
+			// prompt's ids to match them by (SGLang's cannot).
+			if at := now.UnixNano(); n.kv.Live(at) && n.tok != nil && n.tok.Usable(at) {
 				s.EventsLive++
 			}
 		}
