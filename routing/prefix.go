@@ -84,6 +84,7 @@ type prefixCand[B Backend[N], N Member] struct {
 	b     B
 	n     N
 	load  int64
+	slack int64  // its backend's prefix_margin
 	rank  uint64 // rendezvous score for the conversation
 	held  int    // bytes of the messages beyond the opening the node holds (0: none)
 	local int    // blocks of hashes this instance's index holds on it
@@ -349,7 +350,7 @@ func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 		return
 	}
 	n := m.State()
-	c := prefixCand[B, N]{b: b, n: m, load: load, rank: rendezvous(pr.conv, n.routeID)}
+	c := prefixCand[B, N]{b: b, n: m, load: load, slack: pol.PrefixMargin, rank: rendezvous(pr.conv, n.routeID)}
 	c.local = n.prefix.match(pr.hashes, pr.now)
 	held := c.local * PrefixBlockBytes
 	if n.kv != nil && pr.tokens != nil {
@@ -390,7 +391,7 @@ func (pr *Request[B, N]) choose(least N, leastB B, leastLoad int64) (B, N) {
 	var home, most *prefixCand[B, N]
 	for i := range pr.cands {
 		c := &pr.cands[i]
-		if c.load > leastLoad+c.b.Policy().PrefixMargin {
+		if c.load > leastLoad+c.slack {
 			if c.held > 0 {
 				pr.fellBack = true
 			}
