@@ -360,8 +360,9 @@ func (b *Biller) answer(p *pending) {
 // second application would take twice from its row, is not applied again
 // but fails with the batch (its reservation counts it as taken and gives
 // back the rest when idle, billing/reserve.go); the others are idempotent
-// (settles, charges and releases check for an earlier one, a hold's insert
-// fails on its id) or count as uncertain (a top-up, pending.alone).
+// (settles, charges and releases check for an earlier one: a charge against
+// a reservation found so is the batch's, paidBefore; a hold's insert fails
+// on its id) or count as uncertain (a top-up, pending.alone).
 func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollgate.BillingOp, err error) {
 	b.log.Warn("billing batch failed; retrying its operations one by one", "ops", len(batch), "err", err)
 	for i, p := range batch {
@@ -371,7 +372,20 @@ func (b *Biller) retryAlone(ctx context.Context, batch []*pending, ops []*tollga
 		} else {
 			p.err = b.st.ApplyBilling(ctx, ops[i:i+1])
 			b.storeAnswered(p.err)
+			if p.err == nil && p.alone {
+				paidBefore(p)
+			}
 		}
 		b.answer(p)
+	}
+}
+
+// paidBefore accounts for p, applied again after its batch failed, as
+// written when it is a charge against a reservation: if the store replayed
+// it, the batch had committed it after all (its answer was lost), so the
+// reservation row already paid it.
+func paidBefore(p *pending) {
+	if p.mem != nil {
+		p.op.Replayed = false
 	}
 }

@@ -583,12 +583,7 @@ func (b *Biller) RetryJournaled(ctx context.Context) int {
 			break
 		}
 		p.err = nil
-		if p.mem != nil {
-			// Replayed: the batch reported as failed had committed
-			// after all (its answer was lost), so the reservation row
-			// already paid this charge: account for it as written.
-			op.Replayed = false
-		}
+		paidBefore(p)
 		b.finish(p)
 		b.journalDone(p)
 	}

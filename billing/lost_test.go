@@ -1,8 +1,12 @@
 package billing_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,7 +24,30 @@ type lossyStore struct {
 	db   *sqlite.DB
 	lose atomic.Uint32 // a tollgate.BillingOpKind; 0: none
 	drop atomic.Bool
+	logs lockedBuffer // what the biller over it logged
 }
+
+// lockedBuffer is a log's output that the biller's goroutines may write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// miscounted is the start of the warning of an idle return that found its
+// row holding other than the reservation counted.
+const miscounted = "an idle reservation's row held other than this instance counted"
 
 func (s *lossyStore) ApplyBilling(ctx context.Context, ops []*tollgate.BillingOp) error {
 	for _, op := range ops {
@@ -55,7 +82,7 @@ func lossySetup(t *testing.T) (*sqlite.DB, *lossyStore, *billing.Biller, tollgat
 	t.Helper()
 	db, a, k := storeWithAccount(t)
 	s := &lossyStore{db: db}
-	b := billing.New(s, billing.Options{ReserveIdle: time.Hour})
+	b := billing.New(s, billing.Options{ReserveIdle: time.Hour, Logger: slog.New(slog.NewTextHandler(&s.logs, nil))})
 	t.Cleanup(b.Close)
 	return db, s, b, a, k
 }
@@ -168,6 +195,10 @@ func TestLostReturnAnswerStrandsNoHold(t *testing.T) {
 	}
 	serve(3)
 	settled(t, db, b, a, charged)
+	// Counted as done, the returns left the count what the rows held.
+	if strings.Contains(s.logs.String(), miscounted) {
+		t.Errorf("an idle return found the row holding other than counted:\n%s", s.logs.String())
+	}
 
 	// Failed without being applied.
 	serve(1)
@@ -178,6 +209,9 @@ func TestLostReturnAnswerStrandsNoHold(t *testing.T) {
 		t.Fatal("the failed return was applied: the test tests nothing")
 	}
 	settled(t, db, b, a, charged)
+	if !strings.Contains(s.logs.String(), miscounted) {
+		t.Error("the idle return after a return that was not applied found the row holding what was counted")
+	}
 }
 
 // A charge against a reservation committed whose answer was lost: without
@@ -197,4 +231,7 @@ func TestLostChargeAnswerStrandsNoHold(t *testing.T) {
 		t.Fatal("a settle whose answer was lost succeeded")
 	}
 	settled(t, db, b, a, cost)
+	if strings.Contains(s.logs.String(), miscounted) {
+		t.Errorf("the idle return found the row holding other than counted:\n%s", s.logs.String())
+	}
 }

@@ -98,11 +98,10 @@ func (s *Server) CacheStats() CacheStats {
 	return CacheStats{Requests: g.lookups, Hits: g.hits, PromptTokens: g.promptTokens, CachedTokens: g.cachedTokens, Blocks: len(g.blocks)}
 }
 
-// blockHashes returns the chained hashes of the full 64-byte blocks of the
-// prompt as a template renders it: the tools, then the messages.
-func blockHashes(req *chatRequest) []uint64 {
-	h := maphash.String(cacheSeed, req.model)
-	prompt := req.prompt()
+// blockHashes returns the chained hashes of the full 64-byte blocks of
+// model's prompt (as chatRequest.prompt renders it).
+func blockHashes(model string, prompt []byte) []uint64 {
+	h := maphash.String(cacheSeed, model)
 	out := make([]uint64, 0, len(prompt)/cacheBlockBytes)
 	var prev [8]byte
 	for len(prompt) >= cacheBlockBytes {
@@ -140,7 +139,8 @@ func (g *gpu) lookupAndInsert(req *chatRequest) int {
 		g.mu.Unlock()
 		return 0
 	}
-	hashes := blockHashes(req)
+	prompt := req.prompt() // rendered once: the events carry its token ids
+	hashes := blockHashes(req.model, prompt)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.lookups++
@@ -181,7 +181,7 @@ func (g *gpu) lookupAndInsert(req *chatRequest) int {
 		}
 	}
 	if g.events != nil {
-		g.publish(req, hashes, stored, removed)
+		g.publish(prompt, hashes, stored, removed)
 	}
 	if cached > 0 {
 		g.hits++

@@ -52,9 +52,8 @@ func (s *Server) ClearCache() {
 // publish sends the events of one prompt's insertion (under g.mu): a
 // BlockStored for each run of blocks stored now, chained to the block
 // before it, then the evicted blocks.
-func (g *gpu) publish(req *chatRequest, hashes []uint64, stored []bool, removed []uint64) {
+func (g *gpu) publish(prompt []byte, hashes []uint64, stored []bool, removed []uint64) {
 	var events []kvevents.Event
-	var prompt []byte
 	for i := 0; i < len(hashes); {
 		if !stored[i] {
 			i++
@@ -63,9 +62,6 @@ func (g *gpu) publish(req *chatRequest, hashes []uint64, stored []bool, removed 
 		j := i
 		for j < len(hashes) && stored[j] {
 			j++
-		}
-		if prompt == nil {
-			prompt = req.prompt()
 		}
 		e := kvevents.Event{Kind: kvevents.BlockStored, Hashes: hashes[i:j], BlockSize: CacheBlockTokens,
 			Tokens: bytesTokenIDs(prompt[i*cacheBlockBytes : j*cacheBlockBytes])}

@@ -261,7 +261,7 @@ func startGPUGateway(ctx context.Context, o workloadOpts, policy string) (*gpuGa
 }
 
 // startGPUFleet starts o.nodes simulated vLLM nodes (publishing KV-cache
-// events under policyKV) and k tollgate instances on one store.
+// events under a +kv policy) and k tollgate instances on one store.
 func startGPUFleet(ctx context.Context, o workloadOpts, policy string, k int) (g *gpuGateway, err error) {
 	bp, ok := parsePolicy(policy)
 	if !ok {
@@ -429,10 +429,17 @@ func (c *benchCmd) printPooled(all []workloadResult, repeat int) {
 		mix, policy string
 		round       int
 	}
+	// pool is a mix, policy and instance count over its rounds.
+	type pool struct {
+		workloadResult
+		worst float64 // the largest spread of a round
+		// Rounds in which several instances' mean and p99 were no worse
+		// than one instance's.
+		meanOK, p99OK int
+	}
 	var order []key
-	pooled := map[key]*workloadResult{}
+	pooled := map[key]*pool{}
 	one := map[roundKey]workloadResult{} // one instance's run of a mix, policy and round
-	worst := map[key]float64{}           // the largest spread of a round
 	for _, r := range all {
 		if r.instances == 1 {
 			one[roundKey{r.mix, r.policy, r.round}] = r
@@ -440,7 +447,7 @@ func (c *benchCmd) printPooled(all []workloadResult, repeat int) {
 		k := key{r.mix, r.policy, r.instances}
 		p := pooled[k]
 		if p == nil {
-			p = &workloadResult{mix: r.mix, policy: r.policy, instances: r.instances}
+			p = &pool{workloadResult: workloadResult{mix: r.mix, policy: r.policy, instances: r.instances}}
 			pooled[k] = p
 			order = append(order, k)
 		}
@@ -449,22 +456,19 @@ func (c *benchCmd) printPooled(all []workloadResult, repeat int) {
 		p.promptTokens += r.promptTokens
 		p.cachedTokens += r.cachedTokens
 		p.ttft = append(p.ttft, r.ttft...)
-		worst[k] = max(worst[k], r.spread()) // each round's nodes are new: their counts do not add up
+		p.worst = max(p.worst, r.spread()) // each round's nodes are new: their counts do not add up
 	}
-	// Rounds in which several instances' mean and p99 were no worse than
-	// one instance's.
-	meanOK, p99OK := map[key]int{}, map[key]int{}
 	for _, r := range all {
 		o, ok := one[roundKey{r.mix, r.policy, r.round}]
 		if r.instances == 1 || !ok {
 			continue
 		}
-		k := key{r.mix, r.policy, r.instances}
+		p := pooled[key{r.mix, r.policy, r.instances}]
 		if r.meanTTFT() <= o.meanTTFT() {
-			meanOK[k]++
+			p.meanOK++
 		}
 		if pct(r.ttft, 0.99) <= pct(o.ttft, 0.99) {
-			p99OK[k]++
+			p.p99OK++
 		}
 	}
 	fmt.Fprintf(c.stdout, "\nall %d rounds pooled:\n", repeat)
@@ -475,11 +479,11 @@ func (c *benchCmd) printPooled(all []workloadResult, repeat int) {
 		slices.Sort(p.ttft)
 		vs := ""
 		if k.instances > 1 {
-			vs = fmt.Sprintf("%d/%d, %d/%d", meanOK[k], repeat, p99OK[k], repeat)
+			vs = fmt.Sprintf("%d/%d, %d/%d", p.meanOK, repeat, p.p99OK, repeat)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n", p.mix, p.policy, p.instances, p.requests, p.errors,
 			100*p.cachedShare(), p.meanTTFT().Round(time.Millisecond), pct(p.ttft, 0.5).Round(time.Millisecond),
-			pct(p.ttft, 0.99).Round(time.Millisecond), worst[k], vs)
+			pct(p.ttft, 0.99).Round(time.Millisecond), p.worst, vs)
 	}
 	w.Flush()
 }

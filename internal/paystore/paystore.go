@@ -256,6 +256,12 @@ func (o *op) disable(a *account) error {
 	return bumpAuth(o.tx)
 }
 
+// holdingDisputes, followed by an account id (a placeholder or a column),
+// counts the disputes that keep that account disabled by payments: those
+// open or lost. maybeEnable decides by it and Hold reports it, so both must
+// read the same ones.
+const holdingDisputes = `SELECT count(*) FROM payments WHERE dispute_status IN ('open', 'lost') AND account_id = `
+
 // maybeEnable enables an account that payments disabled once it owes
 // nothing and has no dispute open or lost.
 func (o *op) maybeEnable(a *account) error {
@@ -263,7 +269,7 @@ func (o *op) maybeEnable(a *account) error {
 		return nil
 	}
 	var n int64
-	if err := o.tx.QueryRow(`SELECT count(*) FROM payments WHERE account_id = ? AND dispute_status IN ('open', 'lost')`, a.id).Scan(&n); err != nil {
+	if err := o.tx.QueryRow(holdingDisputes+`?`, a.id).Scan(&n); err != nil {
 		return err
 	}
 	if n > 0 {
@@ -704,8 +710,7 @@ func Owed(tx Tx) ([]tollgate.Owed, error) {
 func Hold(tx Tx, accountID string) (tollgate.PaymentHold, error) {
 	var h tollgate.PaymentHold
 	var owed int64
-	err := tx.QueryRow(`SELECT a.payment_hold, a.owed,
-		(SELECT count(*) FROM payments p WHERE p.account_id = a.id AND p.dispute_status IN ('open', 'lost'))
+	err := tx.QueryRow(`SELECT a.payment_hold, a.owed, (`+holdingDisputes+`a.id)
 		FROM accounts a WHERE a.id = ?`, accountID).Scan(&h.Held, &owed, &h.Disputes)
 	if errors.Is(err, ErrNoRows) {
 		return h, fmt.Errorf("account %s: %w", accountID, tollgate.ErrNotFound)
