@@ -316,12 +316,13 @@ func parseTokenizeAnswer(b []byte) ([]uint32, error) {
 	}
 }
 
+var errBadIDs = errors.New("kvevents: /tokenize answer: tokens is not an array of token ids")
+
 // parseIDs reads a JSON array of token ids (integers below 2³²).
 func parseIDs(v []byte) ([]uint32, error) {
-	bad := errors.New("kvevents: /tokenize answer: tokens is not an array of token ids")
 	i := jsonscan.SkipWS(v, 0)
 	if i >= len(v) || v[i] != '[' {
-		return nil, bad
+		return nil, errBadIDs
 	}
 	ids := make([]uint32, 0, len(v)/6)
 	i = jsonscan.SkipWS(v, i+1)
@@ -334,17 +335,17 @@ func parseIDs(v []byte) ([]uint32, error) {
 		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
 			n = n*10 + uint64(v[i]-'0')
 			if n > 1<<32-1 {
-				return nil, bad
+				return nil, errBadIDs
 			}
 			i++
 		}
 		if i == start {
-			return nil, bad
+			return nil, errBadIDs
 		}
 		ids = append(ids, uint32(n))
 		i = jsonscan.SkipWS(v, i)
 		if i >= len(v) {
-			return nil, bad
+			return nil, errBadIDs
 		}
 		switch v[i] {
 		case ',':
@@ -352,7 +353,7 @@ func parseIDs(v []byte) ([]uint32, error) {
 		case ']':
 			return ids, nil
 		default:
-			return nil, bad
+			return nil, errBadIDs
 		}
 	}
 }

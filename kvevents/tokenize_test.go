@@ -73,8 +73,6 @@ func TestTokenizerAsksTheChatForm(t *testing.T) {
 	}
 }
 
-// A node that does not answer within the timeout fails the call (the
-// request is routed by the approximate index) and is asked again next time.
 // A render field the client set is sent as it is, in place of the default.
 func TestTokenizerSendsTheClientsRenderFields(t *testing.T) {
 	sim := simulate.New(simulate.Config{Flavour: simulate.VLLM, Models: []string{"served"}})
@@ -94,6 +92,8 @@ func TestTokenizerSendsTheClientsRenderFields(t *testing.T) {
 	}
 }
 
+// A node that does not answer within the timeout fails the call (the
+// request is routed by the approximate index) and is asked again next time.
 func TestTokenizerTimesOut(t *testing.T) {
 	release := make(chan struct{})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

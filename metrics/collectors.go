@@ -183,7 +183,7 @@ var (
 	descEventBatches = prometheus.NewDesc(Namespace+"_prefix_event_batches_total", "Batches of KV-cache events applied (kind received), and of those the ones asked for again after a gap (kind replayed).", []string{"kind"}, nil)
 	descEventLost    = prometheus.NewDesc(Namespace+"_prefix_event_gaps_lost_total", "Gaps in a node's KV-cache events that could not be replayed (its view was emptied).", nil, nil)
 	descEventRestart = prometheus.NewDesc(Namespace+"_prefix_event_restarts_total", "Times a node's KV-cache event numbering started again (restarted; its view was emptied).", nil, nil)
-	descEventNodes   = prometheus.NewDesc(Namespace+"_prefix_event_nodes", "Nodes with kv_events, by what routing judges them by now: events (heard and trusted), or index (not heard yet, silent, after a lost gap, or never matching).", []string{"judged_by"}, nil)
+	descEventNodes   = prometheus.NewDesc(Namespace+"_prefix_event_nodes", "Nodes with kv_events, by what routing judges them by now: events (heard and trusted, their /tokenize asked), or index (not heard yet, silent, after a lost gap, or no /tokenize to match them by).", []string{"judged_by"}, nil)
 	descEventIndex   = prometheus.NewDesc(Namespace+"_prefix_event_index_blocks", "Blocks held by the nodes' KV-cache event indexes now.", nil, nil)
 	descEventIndexMB = prometheus.NewDesc(Namespace+"_prefix_event_index_bytes", "Memory of the nodes' KV-cache event indexes now (an estimate).", nil, nil)
 	descTokenize     = prometheus.NewDesc(Namespace+"_prefix_tokenize_total", "Prompts sent to a node's /tokenize to match them against the KV-cache events, by outcome: answered, or failed (timed out, refused, an error: the request was routed by the index).", []string{"outcome"}, nil)

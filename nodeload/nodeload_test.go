@@ -203,3 +203,23 @@ func TestPollerStale(t *testing.T) {
 	n.fail.Store(false)
 	waitFor(t, "a fresh report", func() bool { l, live := p.Load(1); return live && l == 8 })
 }
+
+// BenchmarkParse reads a /metrics of vLLM's size: its histograms' buckets
+// around the gauges read.
+func BenchmarkParse(b *testing.B) {
+	var text []byte
+	for h := 0; h < 40; h++ {
+		text = fmt.Appendf(text, "# HELP vllm:histogram_%d_seconds A histogram.\n# TYPE vllm:histogram_%d_seconds histogram\n", h, h)
+		for le := 0; le < 30; le++ {
+			text = fmt.Appendf(text, "vllm:histogram_%d_seconds_bucket{engine=\"0\",le=\"%d.0\",model_name=\"Qwen/Qwen3-8B\"} %d.0\n", h, le, le*17)
+		}
+	}
+	text = append(text, vllmMetrics...)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := Parse(text); !ok {
+			b.Fatal("no report")
+		}
+	}
+}

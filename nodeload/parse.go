@@ -70,12 +70,18 @@ func Parse(text []byte) (r Report, ok bool) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		name, labels, value, good := splitSample(line)
-		if !good {
+		// Most lines are other series (histogram buckets): their name
+		// alone rules them out, before their labels are scanned.
+		end := bytes.IndexAny(line, "{ \t")
+		if end <= 0 {
 			continue
 		}
-		g, known := gauges[string(name)]
+		g, known := gauges[string(line[:end])]
 		if !known {
+			continue
+		}
+		labels, value, good := splitSample(line[end:])
+		if !good {
 			continue
 		}
 		v, err := strconv.ParseFloat(string(value), 64)
@@ -113,17 +119,13 @@ func Parse(text []byte) (r Report, ok bool) {
 	return r, true
 }
 
-// splitSample splits `name{labels} value [timestamp]`.
-func splitSample(line []byte) (name, labels, value []byte, ok bool) {
-	i := bytes.IndexAny(line, "{ \t")
-	if i <= 0 {
-		return nil, nil, nil, false
-	}
-	name, rest := line[:i], line[i:]
+// splitSample splits what follows a sample's name: `{labels} value
+// [timestamp]` or ` value [timestamp]`.
+func splitSample(rest []byte) (labels, value []byte, ok bool) {
 	if rest[0] == '{' {
 		j := closingBrace(rest)
 		if j < 0 {
-			return nil, nil, nil, false
+			return nil, nil, false
 		}
 		labels, rest = rest[1:j], rest[j+1:]
 	}
@@ -132,9 +134,9 @@ func splitSample(line []byte) (name, labels, value []byte, ok bool) {
 		rest = rest[:k] // a timestamp follows
 	}
 	if len(rest) == 0 {
-		return nil, nil, nil, false
+		return nil, nil, false
 	}
-	return name, labels, rest, true
+	return labels, rest, true
 }
 
 // closingBrace finds the '}' ending a label set, skipping quoted values

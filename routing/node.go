@@ -97,11 +97,7 @@ func (n *Node) State() *Node { return n }
 
 // Init names the node by its URL for rendezvous hashing (the same on every
 // instance of one configuration).
-func (n *Node) Init(url string) { n.routeID = nodeRouteID(url) }
-
-// nodeRouteID is a node's name in rendezvous hashing: its URL (the same on
-// every instance of one configuration).
-func nodeRouteID(base string) uint64 { return xxhash.Sum64String(base) }
+func (n *Node) Init(url string) { n.routeID = xxhash.Sum64String(url) }
 
 // ConfigurePrefix bounds the node's prefix index (prefix_cache routing;
 // 0: the defaults).

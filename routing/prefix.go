@@ -64,8 +64,11 @@ type Request[B Backend[N], N Member] struct {
 	promptBytes int
 
 	// The current pick attempt: the able prefix-routed nodes seen.
-	cands []prefixCand[B, N]
-	arr   [8]prefixCand[B, N] // cands' storage for up to 8 nodes
+	// The first 8 are held in the Request itself, the rest in more: a
+	// slice of its own array would send the whole Request to the heap.
+	arr   [8]prefixCand[B, N]
+	ncand int
+	more  []prefixCand[B, N]
 	// The decision.
 	matched  int  // blocks of hashes matched on the node chosen (this instance's index)
 	fellBack bool // a node held more of the conversation but was too loaded
@@ -84,6 +87,7 @@ type prefixCand[B Backend[N], N Member] struct {
 	b     B
 	n     N
 	load  int64
+	slack int64  // its backend's prefix_margin
 	rank  uint64 // rendezvous score for the conversation
 	held  int    // bytes of the messages beyond the opening the node holds (0: none)
 	local int    // blocks of hashes this instance's index holds on it
@@ -116,7 +120,8 @@ type PrefixStats struct {
 	IndexBlocks int64
 	IndexBytes  int64
 	// EventBlocks and EventBytes: the same for the nodes' KV-cache events
-	// (kv_events), and EventsLive how many of those nodes are trusted now.
+	// (kv_events), and EventsLive how many of those nodes are judged by
+	// their events now (heard, and their /tokenize asked).
 	EventBlocks, EventBytes int64
 	EventsLive, EventNodes  int
 	// The nodes' batches: applied, of which replayed after a gap; gaps
@@ -152,7 +157,9 @@ func (p *Picker[B, N]) PrefixStats(nodes []N, now time.Time) PrefixStats {
 			s.EventsStored += st.Stored
 			s.EventsRemoved += st.Removed
 			s.EventsCleared += st.Cleared
-			if n.kv.Live(now.UnixNano()) {
+			// Judged by its events only when its /tokenize gives the
+			// prompt's ids to match them by (SGLang's cannot).
+			if at := now.UnixNano(); n.kv.Live(at) && n.tok != nil && n.tok.Usable(at) {
 				s.EventsLive++
 			}
 		}
@@ -324,7 +331,7 @@ func (pr *Request[B, N]) begin() {
 	if pr != nil {
 		var noB B
 		var noN N
-		pr.cands = pr.arr[:0]
+		pr.ncand, pr.more = 0, pr.more[:0]
 		pr.first, pr.firstB = noN, noB
 	}
 }
@@ -346,7 +353,7 @@ func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 		return
 	}
 	n := m.State()
-	c := prefixCand[B, N]{b: b, n: m, load: load, rank: rendezvous(pr.conv, n.routeID)}
+	c := prefixCand[B, N]{b: b, n: m, load: load, slack: pol.PrefixMargin, rank: rendezvous(pr.conv, n.routeID)}
 	c.local = n.prefix.match(pr.hashes, pr.now)
 	held := c.local * PrefixBlockBytes
 	if n.kv != nil && pr.tokens != nil {
@@ -366,7 +373,12 @@ func (pr *Request[B, N]) consider(b B, pol *Policy, m N, load int64) {
 	if held > pr.opening {
 		c.held = held
 	}
-	pr.cands = append(pr.cands, c)
+	if pr.ncand < len(pr.arr) {
+		pr.arr[pr.ncand] = c
+		pr.ncand++
+	} else {
+		pr.more = append(pr.more, c)
+	}
 }
 
 // choose returns the node to try: round robin's next node; else, among the
@@ -385,9 +397,9 @@ func (pr *Request[B, N]) choose(least N, leastB B, leastLoad int64) (B, N) {
 	}
 	pr.fellBack, pr.known, pr.matched = false, false, 0
 	var home, most *prefixCand[B, N]
-	for i := range pr.cands {
-		c := &pr.cands[i]
-		if c.load > leastLoad+c.b.Policy().PrefixMargin {
+	for i := range pr.ncand + len(pr.more) {
+		c := pr.cand(i)
+		if c.load > leastLoad+c.slack {
 			if c.held > 0 {
 				pr.fellBack = true
 			}
@@ -412,6 +424,14 @@ func (pr *Request[B, N]) choose(least N, leastB B, leastLoad int64) (B, N) {
 	}
 	pr.matched, pr.known = pick.local, pick.held > 0 || pick.local > 0
 	return pick.b, pick.n
+}
+
+// cand returns the i-th candidate of the attempt.
+func (pr *Request[B, N]) cand(i int) *prefixCand[B, N] {
+	if i < pr.ncand {
+		return &pr.arr[i]
+	}
+	return &pr.more[i-pr.ncand]
 }
 
 // record notes the prompt on the node that took it and counts the decision.

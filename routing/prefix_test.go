@@ -66,6 +66,32 @@ func hasEvents(able []*backend) bool {
 	return false
 }
 
+// A backend of more nodes than a Request holds in itself: every node is
+// some conversation's home, and each conversation stays on it.
+func TestPrefixRoutingOverManyNodes(t *testing.T) {
+	nodes := netNodes(12, 0)
+	m, able := prefixModel(2, nodes...)
+	var p picker
+	var st prefixCounters
+	home := map[int]*node{}
+	per := map[*node]int{}
+	for turn := 1; turn <= 2; turn++ {
+		for c := 0; c < 100; c++ {
+			n := routeTurn(t, &p, &st, m, able, convo(fmt.Sprint("conversation ", c), turn, 300))
+			n.Release()
+			if turn == 1 {
+				home[c] = n
+				per[n]++
+			} else if n != home[c] {
+				t.Fatalf("conversation %d turn 2 went to %s, turn 1 to %s", c, n.Name, home[c].Name)
+			}
+		}
+	}
+	if len(per) != 12 {
+		t.Fatalf("first turns on %d nodes, want all 12: %v", len(per), per)
+	}
+}
+
 func TestPrefixRoutingKeepsAConversationOnItsNode(t *testing.T) {
 	nodes := netNodes(4, 8)
 	m, able := prefixModel(2, nodes...)
