@@ -134,6 +134,31 @@ type PrefixStats struct {
 	Tokenized, TokenizeFailed int64
 }
 
+// Add adds o's counts to s: several pickers' (instances') stats together.
+func (s *PrefixStats) Add(o PrefixStats) {
+	s.Requests += o.Requests
+	s.Hits += o.Hits
+	s.Fallbacks += o.Fallbacks
+	s.Misses += o.Misses
+	s.PromptBlocks += o.PromptBlocks
+	s.MatchedBlocks += o.MatchedBlocks
+	s.IndexBlocks += o.IndexBlocks
+	s.IndexBytes += o.IndexBytes
+	s.EventBlocks += o.EventBlocks
+	s.EventBytes += o.EventBytes
+	s.EventsLive += o.EventsLive
+	s.EventNodes += o.EventNodes
+	s.EventBatches += o.EventBatches
+	s.EventReplayed += o.EventReplayed
+	s.EventLost += o.EventLost
+	s.EventRestarts += o.EventRestarts
+	s.EventsStored += o.EventsStored
+	s.EventsRemoved += o.EventsRemoved
+	s.EventsCleared += o.EventsCleared
+	s.Tokenized += o.Tokenized
+	s.TokenizeFailed += o.TokenizeFailed
+}
+
 // PrefixStats returns the counters of prefix routing and the index sizes
 // of nodes (each once) at now.
 func (p *Picker[B, N]) PrefixStats(nodes []N, now time.Time) PrefixStats {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -266,6 +267,23 @@ func TestRoundRobinIgnoresLoad(t *testing.T) {
 	for _, n := range nodes {
 		if count[n] != 2 {
 			t.Fatalf("round robin counts %v", count)
+		}
+	}
+}
+
+// Add sums every counter of two pickers' stats (a field left out of Add
+// is caught: each field of the sum must be the two values added).
+func TestPrefixStatsAdd(t *testing.T) {
+	var a, b PrefixStats
+	av, bv := reflect.ValueOf(&a).Elem(), reflect.ValueOf(&b).Elem()
+	for i := 0; i < av.NumField(); i++ {
+		av.Field(i).SetInt(int64(i + 1))
+		bv.Field(i).SetInt(int64(100 * (i + 1)))
+	}
+	a.Add(b)
+	for i := 0; i < av.NumField(); i++ {
+		if got := av.Field(i).Int(); got != int64(101*(i+1)) {
+			t.Errorf("%s: %d, want %d", av.Type().Field(i).Name, got, 101*(i+1))
 		}
 	}
 }

@@ -614,25 +614,7 @@ func runWorkload(ctx context.Context, o workloadOpts, mix, policy string, k int)
 		res.nodeBlocks += int64(st.Blocks)
 	}
 	for _, m := range g.mains {
-		p := m.Relay.PrefixStats()
-		res.prefix.Requests += p.Requests
-		res.prefix.Hits += p.Hits
-		res.prefix.Fallbacks += p.Fallbacks
-		res.prefix.Misses += p.Misses
-		res.prefix.PromptBlocks += p.PromptBlocks
-		res.prefix.MatchedBlocks += p.MatchedBlocks
-		res.prefix.IndexBlocks += p.IndexBlocks
-		res.prefix.IndexBytes += p.IndexBytes
-		res.prefix.EventBlocks += p.EventBlocks
-		res.prefix.EventBytes += p.EventBytes
-		res.prefix.EventsLive += p.EventsLive
-		res.prefix.EventNodes += p.EventNodes
-		res.prefix.EventBatches += p.EventBatches
-		res.prefix.EventReplayed += p.EventReplayed
-		res.prefix.EventLost += p.EventLost
-		res.prefix.EventRestarts += p.EventRestarts
-		res.prefix.Tokenized += p.Tokenized
-		res.prefix.TokenizeFailed += p.TokenizeFailed
+		res.prefix.Add(m.Relay.PrefixStats())
 		for _, n := range m.Relay.NodeStats() {
 			if n.Polled {
 				res.loadPolled++
